@@ -1,0 +1,160 @@
+"""One exception hierarchy for everything aiokafka07 raises.
+
+Every error the library raises on purpose derives from :class:`KafkaError`, so
+``except KafkaError`` catches bad bytes from a broker, a log or a user, broker error
+codes, and client-side refusals alike. Errors that come from bad user input also derive
+from :class:`ValueError` (or :class:`TypeError`) so generic code keeps working.
+
+Kafka 0.7.2 has exactly six error codes (PROTOCOL §9). Each maps to one class here,
+named after the Java exception a 0.7.2 client throws for it; :func:`error_for_code`
+does the lookup, and any other code maps to :class:`UnknownError` as in Java.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "BrokerError",
+    "CompressionError",
+    "InvalidMessageError",
+    "InvalidMessageSizeError",
+    "InvalidPartitionError",
+    "InvalidTopicError",
+    "KafkaError",
+    "MalformedFrameError",
+    "MessageTooLargeError",
+    "OffsetOutOfRangeError",
+    "ProtocolError",
+    "UnknownCodecError",
+    "UnknownError",
+    "UnknownMagicError",
+    "error_for_code",
+]
+
+
+class KafkaError(Exception):
+    """Root of every exception aiokafka07 raises deliberately."""
+
+
+class ProtocolError(KafkaError):
+    """Bytes that break the Kafka 0.7 wire or log format.
+
+    ``position`` is the byte position of the offending item within the buffer that was
+    being decoded (``None`` when it does not apply). When the error was found part-way
+    through a message set, ``decoded`` holds what was decoded before it, so a consumer can
+    still hand out the good messages in front of a bad one.
+    """
+
+    def __init__(self, message: str, *, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+        self.decoded: Any = None
+
+
+class BrokerError(KafkaError):
+    """An error identified by a Kafka 0.7 error code (PROTOCOL §9)."""
+
+    code: ClassVar[int] = -1
+
+
+class UnknownError(BrokerError):
+    """Code -1: the broker failed unexpectedly (e.g. FETCH of an invalid topic name)."""
+
+    code = -1
+
+
+class OffsetOutOfRangeError(BrokerError):
+    """Code 1: the fetch offset is before the oldest segment or past the flushed log end."""
+
+    code = 1
+
+    def __init__(self, message: str = "offset out of range", *, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class InvalidMessageError(ProtocolError, BrokerError):
+    """Code 2: a message whose CRC does not match its payload (corrupt data)."""
+
+    code = 2
+
+
+class InvalidPartitionError(BrokerError, ValueError):
+    """Code 3 (WrongPartition): the partition is not configured for the topic.
+
+    Also raised by the Java-compatible partitioner for the one key hash that Java maps
+    to a negative partition (ZOOKEEPER §7.2).
+    """
+
+    code = 3
+
+
+class InvalidMessageSizeError(ProtocolError, BrokerError):
+    """Code 4 (InvalidFetchSize): an entry's size is impossible, or the first entry of a
+    message set is incomplete because the fetch size is smaller than the message.
+
+    ``size`` is the entry length the data declares and ``available`` how many bytes of
+    the entry were present (both ``None`` when unknown), so a consumer can grow its fetch
+    size to ``size + 4``.
+    """
+
+    code = 4
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        position: int | None = None,
+        size: int | None = None,
+        available: int | None = None,
+    ) -> None:
+        super().__init__(message, position=position)
+        self.size = size
+        self.available = available
+
+
+class UnknownMagicError(ProtocolError):
+    """A message with a magic byte other than 0 or 1."""
+
+
+class UnknownCodecError(ProtocolError):
+    """A message whose attributes name compression codec 3, which 0.7 does not define."""
+
+
+class CompressionError(ProtocolError):
+    """A compressed payload that cannot be decompressed (corrupt gzip or snappy data)."""
+
+
+class MalformedFrameError(ProtocolError):
+    """A request or response frame whose size or body does not parse."""
+
+
+class InvalidTopicError(KafkaError, ValueError):
+    """A topic name the broker would refuse (PROTOCOL §2.2); refused before sending."""
+
+
+class MessageTooLargeError(KafkaError, ValueError):
+    """A message larger than the configured ``max.message.size``.
+
+    A 0.7 broker drops such a produce silently, so the client refuses it up front.
+    """
+
+
+_BY_CODE: dict[int, type[BrokerError]] = {
+    cls.code: cls
+    for cls in (
+        UnknownError,
+        OffsetOutOfRangeError,
+        InvalidMessageError,
+        InvalidPartitionError,
+        InvalidMessageSizeError,
+    )
+}
+
+
+def error_for_code(code: int) -> type[BrokerError]:
+    """The exception class for a non-zero 0.7 error code; unlisted codes are UnknownError."""
+    if code == 0:
+        raise ValueError("error code 0 means no error")
+    return _BY_CODE.get(code, UnknownError)

@@ -1,0 +1,217 @@
+"""Kafka 0.7 responses (PROTOCOL §1.2, §5) and the incremental frame splitter.
+
+A response on the wire is ``int32 size || int16 error_code || payload``. The decoders take
+a frame *body* (what follows the size, as :class:`FrameSplitter` yields it); the encoders,
+used by brokers, return whole frames.
+
+FETCH payloads are raw log bytes: the message set usually ends in a partial message,
+which is normal (see :mod:`.messages`). Decoded fetch responses hold the message set as a
+zero-copy ``memoryview`` into the frame.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from ..errors import BrokerError, MalformedFrameError, OffsetOutOfRangeError, error_for_code
+from ._reader import Reader
+from .messages import BytesLike, DecodedMessageSet, decode_message_set
+from .requests import MAX_MULTI_COUNT
+
+__all__ = [
+    "FetchResponse",
+    "FrameSplitter",
+    "MultiFetchResponse",
+    "OffsetsResponse",
+    "decode_fetch_response",
+    "decode_multifetch_response",
+    "decode_offsets_response",
+    "encode_fetch_response",
+    "encode_multifetch_response",
+    "encode_offsets_response",
+]
+
+_I32 = struct.Struct(">i")
+_HEAD = struct.Struct(">ih")  # size, error code
+_OFFSETS_HEAD = struct.Struct(">ihi")  # size, error code, count
+_INT32_MAX = (1 << 31) - 1
+
+
+class FetchResponse(NamedTuple):
+    """The answer to one fetch: an error code and raw message-set bytes from the log."""
+
+    error_code: int
+    message_set: BytesLike
+
+    def error(self, offset: int | None = None) -> BrokerError | None:
+        """The exception for a non-zero error code (``offset`` names the fetch offset)."""
+        if self.error_code == 0:
+            return None
+        cls = error_for_code(self.error_code)
+        if cls is OffsetOutOfRangeError:
+            where = "" if offset is None else f" {offset}"
+            return OffsetOutOfRangeError(f"offset{where} is out of range", offset=offset)
+        return cls(f"broker answered the fetch with error code {self.error_code}")
+
+    def decode(self, base_offset: int, *, shallow: bool = False) -> DecodedMessageSet:
+        """Raise the broker error if any, else decode the messages fetched at ``base_offset``."""
+        exc = self.error(base_offset)
+        if exc is not None:
+            raise exc
+        return decode_message_set(self.message_set, base_offset, shallow=shallow)
+
+
+class MultiFetchResponse(NamedTuple):
+    """One :class:`FetchResponse` per fetch of a MULTIFETCH, in request order."""
+
+    responses: tuple[FetchResponse, ...]
+    error_code: int = 0
+
+
+class OffsetsResponse(NamedTuple):
+    """Offsets of an OFFSETS request, newest first."""
+
+    offsets: tuple[int, ...]
+    error_code: int = 0
+
+
+def decode_fetch_response(frame: BytesLike) -> FetchResponse:
+    """Decode a FETCH response body: int16 error code, then the message-set bytes."""
+    r = Reader(frame, "fetch response")
+    return FetchResponse(r.i16("error code"), r.rest())
+
+
+def decode_multifetch_response(frame: BytesLike, count: int | None = None) -> MultiFetchResponse:
+    """Decode a MULTIFETCH response body: error code, then one FETCH response frame per fetch.
+
+    With ``count`` (the number of fetches sent) a response with a different number of
+    sub-responses is malformed.
+    """
+    r = Reader(frame, "multifetch response")
+    error_code = r.i16("error code")
+    responses = []
+    while r.pos < r.end:
+        start = r.pos
+        size = r.i32("fetch response size")
+        if size < 2:
+            raise MalformedFrameError(
+                f"multifetch response: fetch response size {size} at position {start} "
+                "is smaller than its error code",
+                position=start,
+            )
+        sub = r.take(size, "fetch response")
+        responses.append(FetchResponse(int.from_bytes(sub[:2], "big", signed=True), sub[2:]))
+    if count is not None and len(responses) != count:
+        raise MalformedFrameError(
+            f"multifetch response has {len(responses)} fetch responses, expected {count}"
+        )
+    return MultiFetchResponse(tuple(responses), error_code)
+
+
+def decode_offsets_response(frame: BytesLike) -> OffsetsResponse:
+    """Decode an OFFSETS response body: error code, int32 count, count int64 offsets."""
+    r = Reader(frame, "offsets response")
+    error_code = r.i16("error code")
+    start = r.pos
+    count = r.i32("offset count")
+    if count < 0:
+        raise MalformedFrameError(
+            f"offsets response: negative count {count} at position {start}", position=start
+        )
+    data = r.take(8 * count, "offsets")
+    return OffsetsResponse(struct.unpack(f">{count}q", data), error_code)
+
+
+def encode_fetch_response(error_code: int, message_set: BytesLike = b"") -> bytes:
+    """A whole FETCH response frame."""
+    size = 2 + len(memoryview(message_set).cast("B"))
+    if size > _INT32_MAX:
+        raise ValueError("fetch response larger than 2 GiB")
+    return _HEAD.pack(size, error_code) + bytes(message_set)
+
+
+def encode_multifetch_response(responses: Iterable[FetchResponse | tuple[Any, ...]]) -> bytes:
+    """A whole MULTIFETCH response frame (outer error code 0)."""
+    parts = [encode_fetch_response(code, data) for code, data in responses]
+    if len(parts) > MAX_MULTI_COUNT:
+        raise ValueError(f"more than {MAX_MULTI_COUNT} fetch responses")
+    size = 2 + sum(map(len, parts))
+    if size > _INT32_MAX:
+        raise ValueError("multifetch response larger than 2 GiB")
+    return b"".join([_HEAD.pack(size, 0), *parts])
+
+
+def encode_offsets_response(offsets: Iterable[int]) -> bytes:
+    """A whole OFFSETS response frame (error code 0; offsets in the order given)."""
+    values = tuple(offsets)
+    return _OFFSETS_HEAD.pack(6 + 8 * len(values), 0, len(values)) + struct.pack(
+        f">{len(values)}q", *values
+    )
+
+
+class FrameSplitter:
+    """Split a byte stream into size-prefixed frames, incrementally.
+
+    Feed bytes as they arrive with :meth:`feed`; it returns the bodies of the frames that
+    became complete (without the 4-byte size) and keeps the rest. A frame size outside
+    ``min_size..max_size`` raises :class:`MalformedFrameError` and poisons the splitter:
+    the stream cannot be resynchronised, so the connection must be dropped. Frames that
+    were complete before the bad one are on the error's ``decoded`` attribute.
+
+    Responses carry at least an error code (``min_size=2``); requests at least a type
+    (a broker uses ``min_size=1`` and ``max_size=max.socket.request.bytes``).
+    """
+
+    __slots__ = ("_buf", "_consumed", "_error", "max_size", "min_size")
+
+    def __init__(self, *, min_size: int = 2, max_size: int = _INT32_MAX) -> None:
+        self.min_size = min_size
+        self.max_size = max_size
+        self._buf = bytearray()
+        self._consumed = 0
+        self._error: MalformedFrameError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as part of a frame."""
+        return len(self._buf)
+
+    @property
+    def pending_size(self) -> int | None:
+        """Size of the frame being assembled, once its size field has arrived."""
+        if len(self._buf) < 4:
+            return None
+        size: int = _I32.unpack_from(self._buf)[0]
+        return size
+
+    def feed(self, data: BytesLike) -> list[bytes]:
+        """Add received bytes; return every frame body completed by them."""
+        if self._error is not None:
+            raise MalformedFrameError(str(self._error), position=self._error.position)
+        buf = self._buf
+        buf += data
+        frames: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        unpack = _I32.unpack_from
+        while end - pos >= 4:
+            (size,) = unpack(buf, pos)
+            if not self.min_size <= size <= self.max_size:
+                self._error = MalformedFrameError(
+                    f"frame size {size} at stream position {self._consumed + pos} is outside "
+                    f"{self.min_size}..{self.max_size}",
+                    position=self._consumed + pos,
+                )
+                del buf[:pos]
+                self._error.decoded = frames
+                raise self._error
+            if end - pos - 4 < size:
+                break
+            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+            self._consumed += pos
+        return frames

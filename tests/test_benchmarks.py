@@ -1,0 +1,30 @@
+"""The benchmark scripts run and report every figure they promise (figures are printed,
+not asserted as thresholds: see benchmarks/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_codec.py"
+
+
+def test_codec_benchmark_reports_every_figure() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    figures = json.loads(result.stdout)
+    assert figures["workload"]["payload_bytes"] == 100
+    for op in ("decode", "encode"):
+        ours = [v for k, v in figures[op].items() if k.startswith("ours_")]
+        assert ours
+        assert all(v["messages_per_s"] > 0 for v in ours)
+    for codec in ("gzip", "snappy"):
+        for op in ("encode", "compress", "decode", "decompress"):
+            assert figures["compression"][codec][op]["time_ratio"] > 0

@@ -1,0 +1,357 @@
+"""Property tests: round trips, every truncation point, garbage gives typed errors only,
+and the C accelerator agrees with the pure-Python codec on any input."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from aiokafka07.errors import (
+    CompressionError,
+    InvalidMessageSizeError,
+    MalformedFrameError,
+    ProtocolError,
+)
+from aiokafka07.protocol import (
+    Compression,
+    FetchRequest,
+    FetchResponse,
+    FrameSplitter,
+    Message,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceRequest,
+    _accel,
+    decode_fetch_response,
+    decode_message_set,
+    decode_multifetch_response,
+    decode_offsets_response,
+    decode_request,
+    encode_fetch_response,
+    encode_message_set,
+    encode_multifetch_response,
+    encode_offsets_response,
+    encode_request,
+    gzip_compress,
+    gzip_decompress,
+    snappy_compress,
+    snappy_decompress,
+)
+
+from .conftest import IMPLEMENTATIONS
+
+payload = st.binary(max_size=200)
+payload_lists = st.lists(payload, max_size=20)
+codecs = st.sampled_from(list(Compression))
+# A message set as a list of top-level entries: (codec, magic, payloads); plain entries
+# hold exactly one payload, wrappers one or more.
+entry = st.one_of(
+    st.tuples(
+        st.just(Compression.NONE),
+        st.sampled_from([0, 1]),
+        st.lists(payload, min_size=1, max_size=1),
+    ),
+    st.tuples(
+        st.sampled_from([Compression.GZIP, Compression.SNAPPY]),
+        st.just(1),
+        st.lists(payload, min_size=1, max_size=8),
+    ),
+)
+entry_lists = st.lists(entry, max_size=8)
+
+
+def build(entries: list[tuple[Compression, int, list[bytes]]]) -> tuple[bytes, list[int]]:
+    """Encode entries; return the set and the boundary after each top-level entry."""
+    parts, ends, total = [], [], 0
+    for codec, magic, payloads in entries:
+        part = encode_message_set(payloads, compression=codec, magic=magic)
+        parts.append(part)
+        total += len(part)
+        ends.append(total)
+    return b"".join(parts), ends
+
+
+def expected_messages(
+    entries: list[tuple[Compression, int, list[bytes]]], base: int
+) -> list[Message]:
+    out, pos = [], 0
+    for codec, magic, payloads in entries:
+        size = len(encode_message_set(payloads, compression=codec, magic=magic))
+        if codec is Compression.NONE:
+            out.append(Message(base + pos + size, payloads[0], magic, 0))
+        else:
+            out += [Message(base + pos, p, 1, 0) for p in payloads[:-1]]
+            out.append(Message(base + pos + size, payloads[-1], 1, 0))
+        pos += size
+    return out
+
+
+def outcome(call: Any) -> Any:
+    """A call's result, or its error type, message and position (to compare two codecs)."""
+    try:
+        return ("ok", call())
+    except ProtocolError as exc:
+        return ("error", type(exc), str(exc), exc.position)
+
+
+@given(entry_lists, st.integers(0, 1 << 40))
+def test_message_set_roundtrip(impl: ModuleType, entries: Any, base: int) -> None:
+    data, _ = build(entries)
+    decoded = decode_message_set(data, base)
+    assert decoded.messages == expected_messages(entries, base)
+    assert decoded.valid_bytes == len(data)
+    shallow = decode_message_set(data, base, shallow=True)
+    assert len(shallow.messages) == len(entries)
+    assert [m.compression for m in shallow.messages] == [c for c, _, _ in entries]
+
+
+@given(entry_lists.filter(bool), st.data())
+def test_every_truncation_yields_exactly_the_complete_entries(
+    impl: ModuleType, entries: Any, data: st.DataObject
+) -> None:
+    buf, ends = build(entries)
+    cuts = (
+        range(len(buf) + 1)
+        if len(buf) <= 600
+        else data.draw(st.lists(st.integers(0, len(buf)), min_size=50, max_size=50))
+    )
+    for cut in cuts:
+        complete = sum(1 for end in ends if end <= cut)
+        if complete == 0 and cut >= 4:
+            with pytest.raises(InvalidMessageSizeError):
+                decode_message_set(buf[:cut])
+            continue
+        decoded = decode_message_set(buf[:cut], 0)
+        assert decoded.messages == expected_messages(entries[:complete], 0)
+        assert decoded.valid_bytes == (ends[complete - 1] if complete else 0)
+
+
+@given(st.binary(max_size=400), st.integers(0, 1 << 40), st.booleans())
+@example(b"\x00\x00\x00\x06\x01\x02\x00\x00\x00\x00", 0, False)  # empty snappy wrapper
+@example(b"\x7f\xff\xff\xff\x01", 0, False)  # absurd size
+def test_arbitrary_bytes_give_messages_or_a_typed_error(
+    impl: ModuleType, data: bytes, base: int, shallow: bool
+) -> None:
+    try:
+        decoded = decode_message_set(data, base, shallow=shallow)
+    except ProtocolError as exc:
+        position = exc.position
+    else:
+        assert 0 <= decoded.valid_bytes <= len(data)
+        return
+    assert position is not None
+    assert 0 <= position <= len(data)
+
+
+@given(
+    entry_lists.filter(bool),
+    st.lists(st.tuples(st.integers(0), st.integers(0, 255)), min_size=1, max_size=4),
+)
+def test_corrupted_sets_give_messages_or_a_typed_error(
+    impl: ModuleType, entries: Any, flips: list[tuple[int, int]]
+) -> None:
+    buf = bytearray(build(entries)[0])
+    for where, value in flips:
+        buf[where % len(buf)] = value
+    try:
+        decoded = decode_message_set(bytes(buf))
+    except ProtocolError:
+        return
+    # Whatever decodes must have passed its CRC check.
+    for message in decoded.messages:
+        assert isinstance(message.value, bytes)
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C accelerator is not built here")
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        entry_lists.map(lambda e: build(e)[0]),
+        st.tuples(entry_lists.filter(bool), st.integers(0), st.integers(0, 255)).map(
+            lambda t: _flip(build(t[0])[0], t[1], t[2])
+        ),
+    ),
+    st.integers(0, 1 << 40),
+    st.booleans(),
+)
+def test_c_and_python_codecs_agree(data: bytes, base: int, shallow: bool) -> None:
+    fast, pure = IMPLEMENTATIONS
+    saved = _accel.impl
+    try:
+        _accel.impl = fast
+        a = outcome(lambda: decode_message_set(data, base, shallow=shallow))
+        _accel.impl = pure
+        b = outcome(lambda: decode_message_set(data, base, shallow=shallow))
+    finally:
+        _accel.impl = saved
+    assert a == b
+
+
+def _flip(buf: bytes, where: int, value: int) -> bytes:
+    out = bytearray(buf)
+    out[where % len(out)] = value
+    return bytes(out)
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C accelerator is not built here")
+@given(payload_lists, st.sampled_from([0, 1]))
+def test_c_and_python_encoders_agree(payloads: list[bytes], magic: int) -> None:
+    fast, pure = IMPLEMENTATIONS
+    assert fast.encode_message_set(payloads, magic, 0) == pure.encode_message_set(
+        payloads, magic, 0
+    )
+    for p in payloads:
+        assert fast.crc32(p) == pure.crc32(p)
+
+
+# --- compression --------------------------------------------------------------------
+
+BOUNDARY_SIZES = [0, 1, 32767, 32768, 32769, 65535, 65536, 65537, (1 << 20) + 3]
+
+
+@given(
+    st.sampled_from(BOUNDARY_SIZES),
+    st.integers(0, 2**32),
+    st.sampled_from(["random", "text", "zeros"]),
+)
+def test_compression_roundtrip_across_chunk_boundaries(size: int, seed: int, kind: str) -> None:
+    rng = random.Random(seed)
+    if kind == "random":
+        data = rng.randbytes(size)
+    elif kind == "text":
+        words = [b"page", b"view", b"user", b"click", b" ", b"\n"]
+        data = b"".join(rng.choice(words) for _ in range(size))[:size]
+    else:
+        data = bytes(size)
+    assert snappy_decompress(snappy_compress(data)) == data
+    assert gzip_decompress(gzip_compress(data)) == data
+
+
+@given(payload_lists.filter(bool), codecs)
+def test_compressed_set_roundtrip(payloads: list[bytes], codec: Compression) -> None:
+    data = encode_message_set(payloads, compression=codec)
+    assert [m.value for m in decode_message_set(data).messages] == payloads
+
+
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_decompress_or_raise_compression_error(data: bytes) -> None:
+    for decompress in (snappy_decompress, gzip_decompress):
+        with contextlib.suppress(CompressionError):
+            decompress(data)
+    with contextlib.suppress(CompressionError):
+        snappy_decompress(b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01" + data)
+
+
+# --- requests and responses -----------------------------------------------------------
+
+topics = st.text(
+    st.characters(
+        min_codepoint=0x20,
+        max_codepoint=0xFFEF,
+        exclude_characters="/",
+        exclude_categories=("Cs", "Co", "Cc"),
+    ),
+    min_size=1,
+    max_size=40,
+).filter(lambda t: t not in (".", ".."))
+int32 = st.integers(-(1 << 31), (1 << 31) - 1)
+int64 = st.integers(-(1 << 63), (1 << 63) - 1)
+nonneg32 = st.integers(0, (1 << 31) - 1)
+produces = st.builds(
+    ProduceRequest, topics, int32, payload_lists.map(lambda p: encode_message_set(p))
+)
+fetches = st.builds(FetchRequest, topics, int32, int64, nonneg32)
+requests = st.one_of(
+    produces,
+    fetches,
+    st.builds(OffsetsRequest, topics, int32, int64, nonneg32),
+    st.builds(MultiFetchRequest, st.lists(fetches, max_size=5).map(tuple)),
+    st.builds(MultiProduceRequest, st.lists(produces, max_size=5).map(tuple)),
+)
+
+
+@given(requests)
+def test_request_roundtrip_and_every_truncation_fails(request: Any) -> None:
+    frame = encode_request(request)
+    body = frame[4:]
+    assert int.from_bytes(frame[:4], "big") == len(body)
+    assert decode_request(body) == request
+    for cut in range(len(body)):
+        with pytest.raises(MalformedFrameError):
+            decode_request(body[:cut])
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_request_bytes_give_a_request_or_a_typed_error(data: bytes) -> None:
+    with contextlib.suppress(MalformedFrameError):
+        decode_request(data)
+
+
+fetch_responses = st.builds(
+    FetchResponse,
+    st.sampled_from([0, 1, 3, -1]),
+    payload_lists.map(lambda p: encode_message_set(p)),
+)
+
+
+@given(st.lists(fetch_responses, max_size=6), st.lists(int64, max_size=10))
+def test_response_roundtrips(responses: list[FetchResponse], offsets: list[int]) -> None:
+    for response in responses:
+        assert decode_fetch_response(encode_fetch_response(*response)[4:]) == response
+    multi = encode_multifetch_response(responses)
+    assert list(decode_multifetch_response(multi[4:], count=len(responses)).responses) == responses
+    frame = encode_offsets_response(offsets)[4:]
+    assert list(decode_offsets_response(frame).offsets) == offsets
+    for cut in range(2, len(frame)):
+        with pytest.raises(MalformedFrameError):
+            decode_offsets_response(frame[:cut])
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_response_bytes_give_values_or_typed_errors(data: bytes) -> None:
+    for decode in (decode_fetch_response, decode_multifetch_response, decode_offsets_response):
+        with contextlib.suppress(MalformedFrameError):
+            decode(data)
+
+
+@given(st.lists(fetch_responses, max_size=8), st.lists(st.integers(1, 64), min_size=1))
+def test_splitter_gives_the_same_frames_however_bytes_arrive(
+    responses: list[FetchResponse], chunk_sizes: list[int]
+) -> None:
+    frames = [encode_fetch_response(*r) for r in responses]
+    stream = b"".join(frames)
+    splitter = FrameSplitter()
+    got: list[bytes] = []
+    pos, i = 0, 0
+    while pos < len(stream):
+        step = chunk_sizes[i % len(chunk_sizes)]
+        got += splitter.feed(stream[pos : pos + step])
+        pos += step
+        i += 1
+    assert got == [f[4:] for f in frames]
+    assert splitter.buffered == 0
+
+
+@given(st.binary(max_size=300), st.lists(st.integers(1, 50), min_size=1))
+def test_splitter_on_garbage_gives_frames_or_a_typed_error(
+    data: bytes, chunk_sizes: list[int]
+) -> None:
+    splitter = FrameSplitter(min_size=2, max_size=1 << 20)
+    pos, i = 0, 0
+    try:
+        while pos < len(data):
+            step = chunk_sizes[i % len(chunk_sizes)]
+            for frame in splitter.feed(data[pos : pos + step]):
+                assert len(frame) >= 2
+            pos += step
+            i += 1
+    except MalformedFrameError:
+        pass
+    assert splitter.buffered <= len(data)
