@@ -29,6 +29,8 @@ __all__ = [
     "UnknownCodecError",
     "UnknownError",
     "UnknownMagicError",
+    "ZNodeConflictError",
+    "ZooKeeperError",
     "error_for_code",
 ]
 
@@ -139,6 +141,23 @@ class MessageTooLargeError(KafkaError, ValueError):
 
     A 0.7 broker drops such a produce silently, so the client refuses it up front.
     """
+
+
+class ZooKeeperError(KafkaError):
+    """ZooKeeper could not be reached or refused an operation, or holds unusable data."""
+
+
+class ZNodeConflictError(ZooKeeperError):
+    """An ephemeral znode we must own exists with someone else's data.
+
+    A broker refuses to start on such a conflict for ``/brokers/ids/<id>`` (typically a
+    restart faster than the old session's timeout, or two brokers with one id).
+    """
+
+    def __init__(self, message: str, *, path: str, existing: str | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.existing = existing
 
 
 _BY_CODE: dict[int, type[BrokerError]] = {

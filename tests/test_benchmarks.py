@@ -28,3 +28,18 @@ def test_codec_benchmark_reports_every_figure() -> None:
     for codec in ("gzip", "snappy"):
         for op in ("encode", "compress", "decode", "decompress"):
             assert figures["compression"][codec][op]["time_ratio"] > 0
+
+
+def test_broker_benchmark_reports_ingest_and_serve_rates() -> None:
+    bench = BENCH.parent / "bench_broker.py"
+    result = subprocess.run(
+        [sys.executable, str(bench), "--messages", "40000", "--connections", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    figures = json.loads(result.stdout)
+    for name in ("ingest_none", "ingest_snappy", "serve"):
+        assert figures[name]["messages_per_s"] > 0
+        assert figures[name]["wire_mb_per_s"] > 0

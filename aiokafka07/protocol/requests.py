@@ -122,21 +122,22 @@ Request: TypeAlias = (
 )
 
 
-def validate_topic(topic: str) -> str:
+def validate_topic(topic: str, *, max_length: int = MAX_TOPIC_LENGTH) -> str:
     """Return ``topic`` if a 0.7.2 broker accepts it as a topic name, else raise.
 
-    Rules (§2.2): 1 to 255 characters, not ``.`` or ``..``, no ``/``, no control
-    characters (U+0000-U+001F, U+007F-U+009F), nothing in U+D800-U+F8FF or U+FFF0-U+FFFF,
-    nothing outside the Basic Multilingual Plane. Java clients mishandle non-ASCII names,
-    so prefer ASCII topics on clusters shared with them.
+    Rules (§2.2): 1 to ``max_length`` (``max.topic.name.length``, 255) characters, not
+    ``.`` or ``..``, no ``/``, no control characters (U+0000-U+001F, U+007F-U+009F),
+    nothing in U+D800-U+F8FF or U+FFF0-U+FFFF, nothing outside the Basic Multilingual
+    Plane. Java clients mishandle non-ASCII names, so prefer ASCII topics on clusters
+    shared with them.
     """
     if not isinstance(topic, str):
         raise InvalidTopicError(f"topic must be a str, not {type(topic).__name__}")
     if not topic:
         raise InvalidTopicError("topic name is empty")
-    if len(topic) > MAX_TOPIC_LENGTH:
+    if len(topic) > max_length:
         raise InvalidTopicError(
-            f"topic name is {len(topic)} characters long; the limit is {MAX_TOPIC_LENGTH}"
+            f"topic name is {len(topic)} characters long; the limit is {max_length}"
         )
     if topic in (".", ".."):
         raise InvalidTopicError(f"topic name {topic!r} is not allowed")

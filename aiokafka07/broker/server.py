@@ -1,0 +1,435 @@
+"""The embedded Kafka 0.7.2-compatible broker: TCP server, request handling, registration.
+
+Behaviour follows PROTOCOL §1-§12 and the captures in ``observed/wire-samples``:
+
+* one request at a time per connection, answered in order; PRODUCE and MULTIPRODUCE
+  are never answered;
+* every error the real broker answers by closing the socket (bad frame size, unknown
+  request type, malformed body, invalid topic or partition on produce/offsets, bad CRC or
+  codec in a produced set, a first entry shorter than declared) closes it here too,
+  without writing anything;
+* FETCH answers errors 0, 1, 3 and -1 where the real broker does, returns raw log bytes
+  from one segment up to the flushed end, often ending in a partial message;
+* a produced message whose payload exceeds ``max.message.size`` makes the broker drop
+  that produce silently (the connection stays open).
+
+Storage is :mod:`.log`; ZooKeeper registration (ZOOKEEPER §2) goes through
+:class:`aiokafka07.zookeeper.ZooKeeper`. The broker binds to ``hostname`` when set and to
+the loopback address otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import struct
+import time
+from typing import Any
+
+from ..errors import InvalidPartitionError, InvalidTopicError, OffsetOutOfRangeError, ProtocolError
+from ..protocol import (
+    FetchRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceRequest,
+    Request,
+    decode_message_set,
+    decode_request,
+    encode_fetch_response,
+    encode_multifetch_response,
+    encode_offsets_response,
+    validate_topic,
+)
+from ..zookeeper import ZooKeeper
+from .config import BrokerConfig
+from .log import Log, LogManager
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("aiokafka07.broker")
+
+_SIZE = struct.Struct(">i")
+# What the 0.7.2 broker writes for a FETCH with a negative max size before it fails: a
+# frame header claiming one byte, one byte, then the socket is closed (capture d5).
+_NEGATIVE_FETCH_SIZE_REPLY = bytes.fromhex("0000000100")
+
+
+class _Close(Exception):
+    """Close the connection without writing anything (the 0.7.2 reaction to errors)."""
+
+
+class Broker:
+    """One embedded broker (an async context manager).
+
+    ``await broker.start()`` recovers the logs, registers in ZooKeeper (unless
+    ``enable.zookeeper=false``) and listens; ``await broker.stop()`` shuts down cleanly
+    (logs flushed); ``await broker.crash()`` drops every socket and the ZooKeeper session
+    at once without flushing, like a killed process.
+    """
+
+    def __init__(self, config: BrokerConfig, *, rng: random.Random | None = None) -> None:
+        self.config = config
+        #: Picks the partition for ``partition = -1`` produces (seed it for reproducible tests).
+        self.rng = rng or random.Random()
+        self.logs: LogManager | None = None
+        self.zookeeper: ZooKeeper | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = asyncio.Event()
+        self._topics_to_register: asyncio.Queue[str] = asyncio.Queue()
+        self._registered_topics: set[str] = set()
+        self._flushing: set[Log] = set()
+        self._flush_tasks: set[asyncio.Task[None]] = set()
+        self._port = config.port
+        self.requests_handled = 0
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        return self.config.broker_id
+
+    @property
+    def host(self) -> str:
+        """The address the broker listens on and registers (loopback unless configured)."""
+        return self.config.hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        """The listening port (the one picked when configured with 0)."""
+        return self._port
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Recover logs, bind, register in ZooKeeper, then serve requests."""
+        if self._server is not None:
+            return
+        config = self.config
+        self._ready.clear()
+        self.logs = await asyncio.to_thread(
+            LogManager,
+            config.log_dir,
+            partitions_for=config.partitions_for,
+            config_for=config.log_config_for,
+        )
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, self.host, config.port, reuse_address=True, limit=1 << 20
+            )
+            self._port = self._server.sockets[0].getsockname()[1]
+            if config.enable_zookeeper:
+                assert config.zk_connect is not None
+                self.zookeeper = ZooKeeper(
+                    config.zk_connect,
+                    session_timeout_ms=config.zk_sessiontimeout_ms,
+                    connection_timeout_ms=config.zk_connectiontimeout_ms,
+                )
+                await self.zookeeper.start()
+                self.zookeeper.add_session_listener(self._register_everything)
+                await self._register_everything()
+                self._tasks.append(asyncio.create_task(self._topic_registrar()))
+        except BaseException:
+            await self._shutdown(clean=False)
+            raise
+        self._tasks.append(asyncio.create_task(self._flusher()))
+        self._tasks.append(asyncio.create_task(self._retention()))
+        self._ready.set()
+        log.info("broker %d serving on %s:%d", self.broker_id, self.host, self.port)
+
+    async def stop(self) -> None:
+        """Clean shutdown: stop accepting, close connections, flush logs, end the session."""
+        await self._shutdown(clean=True)
+
+    async def flush(self) -> None:
+        """Flush every log now, making all appended data visible to fetches (tests use
+        this instead of waiting for the periodic flusher)."""
+        if self.logs is not None:
+            await asyncio.to_thread(_flush_all, self.logs.all_logs())
+
+    async def crash(self) -> None:
+        """Crash-like shutdown for fault tests: sockets dropped mid-stream, logs not
+        flushed, the ZooKeeper session closed without deleting anything first."""
+        await self._shutdown(clean=False)
+
+    async def _shutdown(self, *, clean: bool) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        # Closing the transports ends each connection handler at its next read; handlers
+        # are cancelled only if one does not finish in time.
+        for writer in list(self._writers):
+            if clean:
+                writer.close()
+            else:
+                writer.transport.abort()
+        if self._connections:
+            _, stuck = await asyncio.wait(list(self._connections), timeout=5)
+            for task in stuck:
+                task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        # Flushes already running complete either way: a thread cannot be interrupted.
+        await asyncio.gather(
+            *self._connections, *self._tasks, *self._flush_tasks, return_exceptions=True
+        )
+        self._connections.clear()
+        self._tasks.clear()
+        self._writers.clear()
+        if server is not None:
+            await server.wait_closed()
+        if self.zookeeper is not None:
+            await self.zookeeper.close()
+            self.zookeeper = None
+        self._registered_topics.clear()
+        if self.logs is not None:
+            if clean:
+                await asyncio.to_thread(self.logs.close)
+            else:
+                self.logs.abandon()
+            self.logs = None
+        log.info("broker %d %s", self.broker_id, "stopped" if clean else "crashed")
+
+    # -- ZooKeeper registration (ZOOKEEPER §2) ------------------------------------------
+
+    def registration(self) -> str:
+        """The ``/brokers/ids/<id>`` value: ``<host>-<ms>:<host>:<port>``."""
+        return f"{self.host}-{int(time.time() * 1000)}:{self.host}:{self.port}"
+
+    async def _register_everything(self) -> None:
+        zk = self.zookeeper
+        assert zk is not None
+        assert self.logs is not None
+        await zk.create_ephemeral(f"/brokers/ids/{self.broker_id}", self.registration())
+        self._registered_topics.clear()
+        for topic in sorted(self.logs.topics()):
+            await self._register_topic(topic)
+
+    async def _register_topic(self, topic: str) -> None:
+        zk = self.zookeeper
+        assert zk is not None
+        count = self.config.partitions_for(topic)
+        await zk.create_ephemeral(f"/brokers/topics/{topic}/{self.broker_id}", str(count))
+        self._registered_topics.add(topic)
+        log.info("registered topic %s with %d partitions", topic, count)
+
+    async def _topic_registrar(self) -> None:
+        while True:
+            topic = await self._topics_to_register.get()
+            if topic in self._registered_topics:
+                continue
+            try:
+                await self._register_topic(topic)
+            except Exception:  # retried with everything after the next new session
+                log.exception("registering topic %s failed", topic)
+
+    # -- background work ---------------------------------------------------------------
+
+    def _flush_in_background(self, partition_log: Log) -> None:
+        if partition_log in self._flushing:
+            return  # a flush is running; it or the next append covers the new data
+
+        async def flush() -> None:
+            try:
+                await asyncio.to_thread(partition_log.flush)
+            finally:
+                self._flushing.discard(partition_log)
+
+        self._flushing.add(partition_log)
+        task = asyncio.create_task(flush())
+        self._flush_tasks.add(task)
+        task.add_done_callback(self._flush_tasks.discard)
+
+    async def _flusher(self) -> None:
+        interval = self.config.log_default_flush_scheduler_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            assert self.logs is not None
+            due = self.logs.due_for_flush(int(time.time() * 1000))
+            if due:
+                await asyncio.to_thread(_flush_all, due)
+
+    async def _retention(self) -> None:
+        await asyncio.sleep(self.config.log_cleanup_initial_delay_s)
+        while True:
+            assert self.logs is not None
+            deleted = self.logs.cleanup(int(time.time() * 1000))
+            if deleted:
+                log.info("retention deleted %d segments", deleted)
+            await asyncio.sleep(self.config.log_cleanup_interval_mins * 60)
+
+    # -- connections -------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        self._writers.add(writer)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.socket_send_buffer)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.socket_receive_buffer)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._ready.wait()
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if not 1 <= size <= self.config.max_socket_request_bytes:
+                    log.info("closing %s: %d is not a valid request size", peer, size)
+                    break
+                frame = await reader.readexactly(size)
+                try:
+                    response = self._handle(decode_request(frame))
+                except _Close as exc:
+                    log.info("closing %s because of error: %s", peer, exc)
+                    break
+                except ProtocolError as exc:
+                    log.info("closing %s: malformed request: %s", peer, exc)
+                    break
+                self.requests_handled += 1
+                if response:
+                    writer.write(response)
+                    await writer.drain()
+                    if response is _NEGATIVE_FETCH_SIZE_REPLY:
+                        break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away, or the broker is shutting down
+        except asyncio.CancelledError:
+            # Only shutdown cancels a handler. Ending normally keeps Python 3.11's stream
+            # machinery from logging the cancellation as an error.
+            pass
+        finally:
+            self._connections.discard(task)
+            self._writers.discard(writer)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _handle(self, request: Request) -> bytes | None:
+        if isinstance(request, FetchRequest):
+            if request.max_size < 0:
+                return _NEGATIVE_FETCH_SIZE_REPLY
+            return encode_fetch_response(*self._fetch(request))
+        if isinstance(request, ProduceRequest):
+            self._produce(request)
+            return None
+        if isinstance(request, MultiFetchRequest):
+            if any(f.max_size < 0 for f in request.fetches):
+                raise _Close("negative fetch size in a multifetch")
+            return encode_multifetch_response([self._fetch(f) for f in request.fetches])
+        if isinstance(request, MultiProduceRequest):
+            for produce in request.produces:
+                self._produce(produce)
+            return None
+        return encode_offsets_response(self._offsets(request))
+
+    def _check_topic(self, topic: str) -> None:
+        validate_topic(topic, max_length=self.config.max_topic_name_length)
+
+    def _fetch(self, request: FetchRequest) -> tuple[int, bytes]:
+        assert self.logs is not None
+        try:
+            self._check_topic(request.topic)
+            partition_log = self.logs.get_log(request.topic, request.partition)
+        except InvalidTopicError:
+            return -1, b""
+        except InvalidPartitionError as exc:
+            log.warning("fetch: %s", exc)
+            return 3, b""
+        if partition_log is None:
+            return 0, b""
+        try:
+            return 0, partition_log.read(request.offset, request.max_size)
+        except OffsetOutOfRangeError:
+            return 1, b""
+
+    def _offsets(self, request: OffsetsRequest) -> list[int]:
+        assert self.logs is not None
+        try:
+            self._check_topic(request.topic)
+            partition_log = self.logs.get_log(request.topic, request.partition)
+        except (InvalidTopicError, InvalidPartitionError) as exc:
+            raise _Close(str(exc)) from exc
+        if partition_log is None:
+            return [0] if request.time in (-1, -2) else []
+        return partition_log.offsets_before(request.time, request.max_offsets)
+
+    def _produce(self, request: ProduceRequest) -> None:
+        assert self.logs is not None
+        topic = request.topic
+        try:
+            self._check_topic(topic)
+        except InvalidTopicError as exc:
+            raise _Close(str(exc)) from exc
+        partition = request.partition
+        count = self.config.partitions_for(topic)
+        if partition == -1:
+            partition = self.rng.randrange(count)
+        if not 0 <= partition < count:
+            raise _Close(f"wrong partition {partition}, valid partitions 0..{count - 1}")
+        data = request.message_set
+        valid_bytes, messages = self._validate(data)
+        if valid_bytes < 0:
+            return  # a message over max.message.size: the request is dropped
+        partition_log, created = self.logs.get_or_create_log(topic, partition)
+        if valid_bytes:
+            if self.config.log_flush_fsync:
+                # A count-based flush fsyncs: keep it off the event loop.
+                partition_log.append(bytes(data[:valid_bytes]), messages, flush=False)
+                if partition_log.flush_pending:
+                    self._flush_in_background(partition_log)
+            else:
+                partition_log.append(bytes(data[:valid_bytes]), messages)
+        if created and self.zookeeper is not None and topic not in self._registered_topics:
+            self._topics_to_register.put_nowait(topic)
+
+    def _validate(self, data: Any) -> tuple[int, int]:
+        """(valid bytes, message count) of a produced set; (-1, 0) if it must be dropped.
+
+        Shallow pass: magic, CRC and size of every top-level message; deep pass: every
+        message inside compressed wrappers (PROTOCOL §8.2). Corrupt data closes the
+        connection, as in 0.7.2.
+        """
+        try:
+            shallow = decode_message_set(data, shallow=True)
+        except ProtocolError as exc:
+            raise _Close(f"invalid message set: {exc}") from exc
+        limit = self.config.max_message_size
+        for message in shallow.messages:
+            if len(message.value) > limit:
+                log.warning(
+                    "dropping a produce: message of %d bytes exceeds max.message.size %d",
+                    len(message.value),
+                    limit,
+                )
+                return -1, 0
+        if not any(m.attributes & 3 for m in shallow.messages):
+            return shallow.valid_bytes, len(shallow.messages)
+        try:
+            deep = decode_message_set(data)
+        except ProtocolError as exc:
+            raise _Close(f"invalid compressed message set: {exc}") from exc
+        return shallow.valid_bytes, len(deep.messages)
+
+
+def _flush_all(logs: list[Any]) -> None:
+    for partition_log in logs:
+        partition_log.flush()

@@ -1,0 +1,222 @@
+"""One ZooKeeper session, with the znode conventions of Kafka 0.7.2 (ZOOKEEPER §0-§2).
+
+A thin layer over ``aiozk`` that speaks the domain: the connect string with an optional
+chroot, persistent parents with *null* data (as 0.7.2 creates them; aiozk's own
+``ensure_path`` makes container nodes, which ZooKeeper deletes when they empty), ephemeral
+nodes created "expecting conflict", and listeners told when a *new* session replaced an
+expired one, so owners of ephemeral nodes can register again.
+
+It knows nothing of sockets to brokers or of the Kafka wire protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiozk
+from aiozk import exc as zk_exc
+from aiozk.states import States
+
+from .errors import ZNodeConflictError, ZooKeeperError
+
+__all__ = ["ZooKeeper", "parse_connect_string"]
+
+log = logging.getLogger("aiokafka07.zookeeper")
+
+SessionListener = Callable[[], Awaitable[None]]
+
+
+def parse_connect_string(connect: str) -> tuple[str, str | None]:
+    """Split ``host1:port1,host2:port2/chroot`` into the server list and the chroot."""
+    connect = connect.strip()
+    if not connect:
+        raise ValueError("empty ZooKeeper connect string")
+    servers, slash, chroot = connect.partition("/")
+    if not servers:
+        raise ValueError(f"ZooKeeper connect string {connect!r} names no server")
+    for server in servers.split(","):
+        host, colon, port = server.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ValueError(f"ZooKeeper server {server!r} is not host:port")
+    if not slash or not chroot.strip("/"):
+        return servers, None
+    return servers, "/" + chroot.strip("/")
+
+
+def _decode(data: Any) -> str | None:
+    if data is None:
+        return None
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return str(data)
+
+
+class ZooKeeper:
+    """A ZooKeeper session for one broker or client (an async context manager).
+
+    ``session_timeout_ms`` and ``connection_timeout_ms`` are the 0.7.2
+    ``zk.sessiontimeout.ms`` / ``zk.connectiontimeout.ms`` (6000 by default).
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        *,
+        session_timeout_ms: int = 6000,
+        connection_timeout_ms: int = 6000,
+    ) -> None:
+        self.connect = connect
+        self.servers, self.chroot = parse_connect_string(connect)
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms
+        self._client: Any = None
+        self._listeners: list[SessionListener] = []
+        self._monitor: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ZooKeeper:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def client(self) -> Any:
+        """The underlying ``aiozk.ZKClient`` (for watches and recipes)."""
+        if self._client is None:
+            raise ZooKeeperError("the ZooKeeper session is not started")
+        return self._client
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session id (changes when an expired session is replaced)."""
+        return None if self._client is None else self._client.session.session_id
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self._client.session.state == States.CONNECTED
+
+    async def start(self) -> None:
+        """Open the session; raise :class:`ZooKeeperError` if no server answers in time."""
+        if self._client is not None:
+            return
+        client = aiozk.ZKClient(
+            self.servers, chroot=self.chroot, session_timeout=self.session_timeout_ms / 1000
+        )
+        try:
+            await asyncio.wait_for(client.start(), self.connection_timeout_ms / 1000)
+        except (asyncio.TimeoutError, OSError, zk_exc.ZKError) as exc:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), 1.0)
+            raise ZooKeeperError(
+                f"cannot open a ZooKeeper session at {self.connect} "
+                f"within {self.connection_timeout_ms} ms: {exc or type(exc).__name__}"
+            ) from exc
+        self._client = client
+        self._monitor = asyncio.create_task(self._watch_sessions(), name="zookeeper-sessions")
+        log.info("ZooKeeper session %#x open at %s", client.session.session_id, self.connect)
+
+    async def close(self) -> None:
+        """Close the session (ZooKeeper then deletes its ephemeral nodes)."""
+        client, self._client = self._client, None
+        monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+        if client is not None:
+            try:
+                await asyncio.wait_for(client.close(), self.session_timeout_ms / 1000)
+            except Exception as exc:  # an unreachable server: the session expires by itself
+                log.warning("closing the ZooKeeper session failed: %r", exc)
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        """Call ``listener()`` after a new session replaced an expired one."""
+        self._listeners.append(listener)
+
+    async def _watch_sessions(self) -> None:
+        session = self.client.session
+        current = session.session_id
+        while True:
+            await session.state.wait_for(States.LOST, States.SUSPENDED)
+            log.info("ZooKeeper connection %s", session.state.current_state)
+            await session.state.wait_for(States.CONNECTED)
+            if session.session_id == current:
+                log.info("ZooKeeper connection restored, session %#x", current)
+                continue
+            log.warning(
+                "ZooKeeper session %#x expired; new session %#x",
+                current or 0,
+                session.session_id or 0,
+            )
+            current = session.session_id
+            for listener in list(self._listeners):
+                try:
+                    await listener()
+                except Exception:
+                    log.exception("session listener %r failed", listener)
+
+    # -- znodes ---------------------------------------------------------------------
+
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its missing parents as persistent nodes with null data."""
+        parts = [p for p in path.split("/") if p]
+        current = ""
+        for part in parts:
+            current += "/" + part
+            with contextlib.suppress(zk_exc.NodeExists):
+                await self._call(self.client.create(current, data=None))
+
+    async def create_ephemeral(self, path: str, data: str) -> None:
+        """Create an ephemeral node "expecting conflict" (ZOOKEEPER §0).
+
+        Missing parents are created. If the node exists with exactly ``data`` it is ours
+        (it survived a connection blip) and that is success; other data raises
+        :class:`ZNodeConflictError`.
+        """
+        parent = path.rsplit("/", 1)[0]
+        if parent:
+            await self.ensure_path(parent)
+        try:
+            await self._call(self.client.create(path, data=data, ephemeral=True))
+        except zk_exc.NodeExists:
+            existing = await self.get_data(path)
+            if existing != data:
+                raise ZNodeConflictError(
+                    f"{path} exists with {existing!r}, not {data!r}", path=path, existing=existing
+                ) from None
+
+    async def get_data(self, path: str) -> str | None:
+        """The node's data as text (None when null); raises ZooKeeperError if missing."""
+        try:
+            return _decode(await self._call(self.client.get_data(path)))
+        except zk_exc.NoNode:
+            raise ZooKeeperError(f"no znode {path}") from None
+
+    async def get_children(self, path: str) -> list[str]:
+        """Children names of ``path``; an empty list when the node does not exist."""
+        try:
+            children: list[str] = await self._call(self.client.get_children(path))
+        except zk_exc.NoNode:
+            return []
+        return children
+
+    async def exists(self, path: str) -> bool:
+        return bool(await self._call(self.client.exists(path)))
+
+    async def delete(self, path: str) -> None:
+        """Delete a node if it exists."""
+        with contextlib.suppress(zk_exc.NoNode):
+            await self._call(self.client.delete(path))
+
+    async def _call(self, call: Awaitable[Any]) -> Any:
+        try:
+            return await call
+        except (zk_exc.NodeExists, zk_exc.NoNode):
+            raise
+        except zk_exc.ZKError as exc:
+            raise ZooKeeperError(f"ZooKeeper at {self.connect}: {exc!r}") from exc

@@ -1,0 +1,81 @@
+"""A raw TCP peer for broker tests: send exact bytes, read exact frames, see EOF."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka07.protocol import FrameSplitter, encode_offsets_request
+
+EOF_MARK = b"<eof>"
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """Poll ``check`` (plain or async) until it returns something truthy; return that."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(0.01)
+
+
+class RawConnection:
+    """One client socket to a broker, speaking bytes (no client library in between)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.splitter = FrameSplitter(min_size=1)
+        self.frames: list[bytes] = []
+        self.raw = bytearray()
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> RawConnection:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def frame(self, timeout: float = 5.0) -> bytes:
+        """The next response frame, whole (size prefix included), or EOF_MARK at EOF."""
+        while not self.frames:
+            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            if not data:
+                return EOF_MARK
+            self.raw += data
+            self.frames += self.splitter.feed(data)
+        body = self.frames.pop(0)
+        return len(body).to_bytes(4, "big") + body
+
+    async def closed_by_peer(self, timeout: float = 2.0) -> bool:
+        """True if the broker closes the connection (EOF) within ``timeout``."""
+        try:
+            data = await asyncio.wait_for(self.reader.read(1), timeout)
+        except asyncio.TimeoutError:
+            return False
+        except ConnectionError:
+            return True
+        if data:
+            raise AssertionError(f"unexpected bytes from the broker: {data!r}")
+        return True
+
+    async def latest(self, topic: str = "wire", partition: int = 0) -> bytes:
+        """Send OFFSETS(time -1, max 1) and return the whole response frame."""
+        await self.send(encode_offsets_request(topic, partition, -1, 1))
+        return await self.frame()
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
