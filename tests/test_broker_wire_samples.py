@@ -5,12 +5,10 @@ the previous ones left."""
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import struct
 import time
-from pathlib import Path
 from typing import Any
 
 from aiokafka07.protocol import (
@@ -20,12 +18,9 @@ from aiokafka07.protocol import (
     encode_produce_request,
 )
 
+from .samples import CASES
 from .wire import RawConnection, eventually
 
-SAMPLES_PATH = (
-    Path(__file__).resolve().parents[2] / "shared" / "spec" / "observed" / "wire-samples.json"
-)
-CASES: list[dict[str, Any]] = json.loads(SAMPLES_PATH.read_text())
 FOLLOW_UP = re.compile(r"follow-up offsets request answered ([0-9a-f]+)")
 
 # Cases sent on the connection of the case before them (the capture pipelined them).

@@ -4,9 +4,7 @@ re-encodes to exactly the captured bytes."""
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -43,18 +41,7 @@ from aiokafka07.protocol import (
 )
 from aiokafka07.protocol.requests import MAX_REQUEST_SIZE
 
-SAMPLES_PATH = (
-    Path(__file__).resolve().parents[2] / "shared" / "spec" / "observed" / "wire-samples.json"
-)
-
-
-def _load() -> dict[str, dict[str, Any]]:
-    if not SAMPLES_PATH.exists():  # the captures live beside the repository, in shared/
-        pytest.fail(f"wire samples not found at {SAMPLES_PATH}")
-    return {case["key"]: case for case in json.loads(SAMPLES_PATH.read_text())}
-
-
-SAMPLES = _load()
+from .samples import SAMPLES
 
 # Requests the broker cannot parse (it closes the connection): the codec must refuse them.
 MALFORMED_REQUESTS = {"j1", "j2", "j3", "j4", "j5", "i5"}
