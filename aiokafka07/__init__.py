@@ -1,23 +1,35 @@
 """aiokafka07: an asyncio client library for Apache Kafka 0.7.
 
-This release holds the sans-IO codec (:mod:`aiokafka07.protocol`), the exception
-hierarchy (:mod:`aiokafka07.errors`) and Java-compatible partitioning
-(:mod:`aiokafka07.partitioner`).
+So far: the sans-IO codec (:mod:`aiokafka07.protocol`), one exception hierarchy
+(:mod:`aiokafka07.errors`), Java-compatible partitioning (:mod:`aiokafka07.partitioner`),
+pipelined broker connections and a pool (:mod:`aiokafka07.connection`,
+:mod:`aiokafka07.pool`), the :class:`SimpleConsumer`, and an embedded broker with test
+fixtures (:mod:`aiokafka07.broker`, :mod:`aiokafka07.testing`).
 """
 
 from . import errors, protocol
+from .connection import BrokerAddress, BrokerConnection
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .partitioner import default_partition, java_hash_code
+from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, Compression, Message
+from .records import ConsumerRecord
+from .simple import FetchResult, SimpleConsumer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "BrokerAddress",
+    "BrokerConnection",
     "Compression",
+    "ConnectionPool",
+    "ConsumerRecord",
+    "FetchResult",
     "Message",
+    "SimpleConsumer",
     "__version__",
     "default_partition",
     "errors",

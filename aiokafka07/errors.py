@@ -21,11 +21,14 @@ __all__ = [
     "InvalidMessageSizeError",
     "InvalidPartitionError",
     "InvalidTopicError",
+    "KafkaConnectionError",
     "KafkaError",
     "MalformedFrameError",
     "MessageTooLargeError",
     "OffsetOutOfRangeError",
+    "ProduceNotConfirmedError",
     "ProtocolError",
+    "RequestTimeoutError",
     "UnknownCodecError",
     "UnknownError",
     "UnknownMagicError",
@@ -140,6 +143,36 @@ class MessageTooLargeError(KafkaError, ValueError):
     """A message larger than the configured ``max.message.size``.
 
     A 0.7 broker drops such a produce silently, so the client refuses it up front.
+    """
+
+
+class KafkaConnectionError(KafkaError):
+    """A broker connection could not be opened, or broke with a request outstanding.
+
+    ``maybe_delivered`` says whether the request may have reached the broker: False when
+    it was never written (the connection failed first), True when it was written and the
+    answer (or, for a produce, the proof of processing) never came.
+    """
+
+    def __init__(
+        self, message: str, *, broker: str | None = None, maybe_delivered: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.broker = broker
+        self.maybe_delivered = maybe_delivered
+
+
+class RequestTimeoutError(KafkaConnectionError):
+    """No answer within the request timeout; the connection is closed (0.7 answers in
+    order, so every later request on it would wait behind the lost one)."""
+
+
+class ProduceNotConfirmedError(KafkaConnectionError):
+    """The connection closed before the broker confirmed a produce.
+
+    A 0.7 broker closes the connection when it refuses a produce (invalid partition or
+    topic, corrupt message, unknown codec); a broker that crashed looks the same. Nothing
+    was appended in the first case; in the second it may have been.
     """
 
 

@@ -22,11 +22,11 @@ import asyncio
 import json
 import os
 import random
-import re
-import sys
 import tempfile
 import time
 from typing import Any
+
+from common import start_broker
 
 from aiokafka07.protocol import (
     FrameSplitter,
@@ -41,24 +41,6 @@ BATCH = 1000
 PAYLOAD = 100
 WINDOW = 1 << 20
 MB = 1e6
-
-
-async def start_broker(log_dir: str, partitions: int) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "aiokafka07", "broker", "--no-zookeeper", "--port", "0",
-        "--log-dir", log_dir, "--partitions", str(partitions),
-        "--set", "log.flush.interval=10000", "--set", "log.flush.fsync=false",
-        "--set", "log.default.flush.scheduler.interval.ms=50",
-        "--set", "log.default.flush.interval.ms=50",
-        "--set", "socket.send.buffer=4194304", "--set", "socket.receive.buffer=4194304",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    match = re.search(rb":(\d+) \(log.dir", line)
-    if not match:
-        raise RuntimeError(f"broker did not start: {line!r}")
-    return proc, int(match.group(1))
 
 
 def make_batches(count: int, compression: str) -> list[bytes]:
@@ -161,7 +143,15 @@ async def measure_serve(port: int, topic: str, partitions: int) -> dict[str, flo
 
 async def run(messages: int, connections: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as log_dir:
-        proc, port = await start_broker(log_dir, partitions=connections)
+        proc, port = await start_broker(
+            log_dir,
+            partitions=connections,
+            settings={
+                "log.flush.interval": "10000",
+                "log.default.flush.scheduler.interval.ms": "50",
+                "log.default.flush.interval.ms": "50",
+            },
+        )
         try:
             results: dict[str, Any] = {"messages": messages, "connections": connections}
             results["ingest_none"] = await measure_ingest(

@@ -43,3 +43,20 @@ def test_broker_benchmark_reports_ingest_and_serve_rates() -> None:
     for name in ("ingest_none", "ingest_snappy", "serve"):
         assert figures[name]["messages_per_s"] > 0
         assert figures[name]["wire_mb_per_s"] > 0
+
+
+def test_consumer_benchmark_reports_iteration_and_request_rates() -> None:
+    bench = BENCH.parent / "bench_consumer.py"
+    result = subprocess.run(
+        [sys.executable, str(bench), "--messages", "50000", "--requests", "500", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    figures = json.loads(result.stdout)
+    assert figures["messages"] == 50000
+    assert figures["messages_iter"]["messages_per_s"] > 0
+    assert figures["batches_iter"]["messages_per_s"] > 0
+    assert figures["requests"]["pipelined_per_s"] > 0
+    assert figures["requests"]["serial_per_s"] > 0

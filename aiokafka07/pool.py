@@ -1,0 +1,173 @@
+"""Connections to brokers, shared by everything one client does.
+
+The pool keeps up to ``connections_per_broker`` :class:`BrokerConnection` per broker,
+hands them out round-robin, opens new ones lazily and after failures with exponential
+backoff and jitter, and replaces a broker's connections when its address changes (a broker
+that re-registered on another port). It knows nothing of ZooKeeper: whoever tracks the
+cluster tells it about addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+from typing import Any
+
+from .connection import BrokerAddress, BrokerConnection
+from .errors import KafkaConnectionError
+
+__all__ = ["ConnectionPool"]
+
+log = logging.getLogger("aiokafka07.pool")
+
+
+class _Backoff:
+    """Exponential backoff with jitter between failed connection attempts."""
+
+    __slots__ = ("delay", "failures", "not_before")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.delay = 0.0
+        self.not_before = 0.0
+
+    def failed(self, base: float, cap: float) -> None:
+        self.failures += 1
+        self.delay = min(cap, base * 2 ** (self.failures - 1))
+        self.not_before = time.monotonic() + self.delay * random.uniform(0.8, 1.2)
+
+
+class ConnectionPool:
+    """Connections keyed by broker (id, host, port); an async context manager.
+
+    ``reconnect_backoff`` is (first delay, cap) in seconds. Other keyword arguments go to
+    every :class:`BrokerConnection` (timeouts, socket buffers, ``max_message_size``).
+    """
+
+    def __init__(
+        self,
+        *,
+        connections_per_broker: int = 1,
+        reconnect_backoff: tuple[float, float] = (0.05, 5.0),
+        **connection_options: Any,
+    ) -> None:
+        if connections_per_broker < 1:
+            raise ValueError("connections_per_broker must be at least 1")
+        self.connections_per_broker = connections_per_broker
+        self.reconnect_backoff = reconnect_backoff
+        self.connection_options = connection_options
+        self._connections: dict[Any, list[BrokerConnection]] = {}
+        self._addresses: dict[Any, BrokerAddress] = {}
+        self._backoff: dict[Any, _Backoff] = {}
+        self._locks: dict[Any, asyncio.Lock] = {}
+        self._turn = itertools.count()
+        self._closed = False
+
+    async def __aenter__(self) -> ConnectionPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self, address: BrokerAddress) -> None:
+        if self._closed:
+            raise KafkaConnectionError("the connection pool is closed", broker=str(address))
+
+    @staticmethod
+    def _key(address: BrokerAddress) -> Any:
+        return address.broker_id if address.broker_id is not None else (address.host, address.port)
+
+    async def connection(self, address: BrokerAddress) -> BrokerConnection:
+        """A live connection to ``address`` (opened if needed, after any backoff).
+
+        A broker id seen at a new address moves there: its connections to the old
+        address are closed (answers outstanding on them still arrive first). Whoever asks
+        last names the current address; a connection is only ever handed out for the
+        exact address it was opened to.
+        """
+        self._check_open(address)
+        key = self._key(address)
+        previous = self._addresses.get(key)
+        self._addresses[key] = address
+        if previous is not None and previous != address:
+            log.info("%s moved from %s:%d", address, previous.host, previous.port)
+            conns = self._connections.get(key, [])
+            self._connections[key] = [c for c in conns if c.address == address]
+            self._backoff.pop(key, None)
+            stale = [c for c in conns if c.address != address]
+            await asyncio.gather(*(c.close() for c in stale), return_exceptions=True)
+        conn = self._pick(key, address)
+        if conn is not None:
+            return conn
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._pick(key, address)
+            if conn is not None:
+                return conn
+            conn = await self._open(key, address)
+            try:
+                self._check_open(address)  # the pool may have closed during the open
+            except KafkaConnectionError:
+                await conn.close()
+                raise
+            self._connections.setdefault(key, []).append(conn)
+            return conn
+
+    def _pick(self, key: Any, address: BrokerAddress) -> BrokerConnection | None:
+        """Round-robin over live connections to ``address``, unless more may be opened."""
+        live = [c for c in self._connections.get(key, ()) if not c.closed]
+        self._connections[key] = live
+        matching = [c for c in live if c.address == address]
+        if len(matching) < self.connections_per_broker:
+            return None
+        return matching[next(self._turn) % len(matching)]
+
+    async def _open(self, key: Any, address: BrokerAddress) -> BrokerConnection:
+        backoff = self._backoff.setdefault(key, _Backoff())
+        wait = backoff.not_before - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        try:
+            conn = await BrokerConnection.open(address, **self.connection_options)
+        except KafkaConnectionError:
+            backoff.failed(*self.reconnect_backoff)
+            log.warning(
+                "cannot connect to %s (%d failures; next try in %.2f s)",
+                address,
+                backoff.failures,
+                backoff.delay,
+            )
+            raise
+        if backoff.failures:
+            log.info("reconnected to %s after %d failures", address, backoff.failures)
+        self._backoff.pop(key, None)
+        return conn
+
+    def connections(self, address: BrokerAddress) -> list[BrokerConnection]:
+        """The live connections to ``address`` (for inspection)."""
+        conns = self._connections.get(self._key(address), ())
+        return [c for c in conns if not c.closed and c.address == address]
+
+    async def forget(self, broker_id: int) -> None:
+        """Close a broker's connections (it left the cluster)."""
+        await self._drop(broker_id)
+        self._addresses.pop(broker_id, None)
+
+    async def _drop(self, key: Any) -> None:
+        conns = self._connections.pop(key, [])
+        self._backoff.pop(key, None)
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Let outstanding requests finish (up to ``timeout``), then close everything."""
+        self._closed = True
+        conns = [c for group in self._connections.values() for c in group]
+        self._connections.clear()
+        await asyncio.gather(*(c.close(timeout) for c in conns), return_exceptions=True)

@@ -1,0 +1,114 @@
+"""A fake "broker" on loopback that answers request frames with scripted bytes.
+
+Tests use it to feed a client what no real broker sends: random bytes, truncated or
+impossible frames, unsolicited frames, or nothing at all. The n-th accepted connection
+plays the n-th script (the last one again for later connections): the k-th request frame
+it reads gets the k-th :class:`Reply`; once its script is used up, requests are read and
+never answered. No script at all: a server that never answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from aiokafka07.protocol import FrameSplitter
+
+__all__ = ["GarbageServer", "Reply", "frame"]
+
+
+def frame(body: bytes) -> bytes:
+    """``body`` with its int32 size in front: a well-formed response frame."""
+    return struct.pack(">i", len(body)) + body
+
+
+class Reply(NamedTuple):
+    """Bytes to write for one request (after ``delay`` seconds), then optionally close."""
+
+    data: bytes = b""
+    close: bool = False
+    delay: float = 0.0
+
+
+class GarbageServer:
+    """An async context manager serving ``scripts`` to connections on 127.0.0.1."""
+
+    def __init__(self, *scripts: Sequence[Reply]) -> None:
+        self.scripts = [list(script) for script in scripts]
+        self.requests: list[bytes] = []  # every request frame body read, in order
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def __aenter__(self) -> GarbageServer:
+        self._server = await asyncio.start_server(self._serve, self.host, 0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        if server is not None:
+            await server.wait_closed()
+
+    def broadcast(self, data: bytes) -> None:
+        """Write ``data`` to every open connection, unasked."""
+        for writer in self._writers:
+            writer.write(data)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        self._writers.add(writer)
+        script = self.scripts[min(self.connections, len(self.scripts) - 1)] if self.scripts else []
+        self.connections += 1
+        splitter = FrameSplitter(min_size=1)
+        replies = iter(script)
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                for body in splitter.feed(data):
+                    self.requests.append(body)
+                    reply = next(replies, None)
+                    if reply is None:
+                        continue  # out of script: read, never answer
+                    if reply.delay:
+                        await asyncio.sleep(reply.delay)
+                    if reply.data:
+                        writer.write(reply.data)
+                        await writer.drain()
+                    if reply.close:
+                        return
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._handlers.discard(task)
+            self._writers.discard(writer)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

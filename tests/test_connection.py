@@ -1,0 +1,816 @@
+"""BrokerConnection over real sockets: pipelining, cancellation, failures, produce and
+confirm mode, client-side size checks, every broker edge case of PROTOCOL §10.3/§10.4
+and §11, and garbage from a fake broker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiokafka07.connection import BrokerAddress, BrokerConnection, check_message_sizes
+from aiokafka07.errors import (
+    InvalidMessageError,
+    InvalidMessageSizeError,
+    InvalidPartitionError,
+    KafkaConnectionError,
+    KafkaError,
+    MalformedFrameError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    ProduceNotConfirmedError,
+    ProtocolError,
+    RequestTimeoutError,
+    UnknownError,
+)
+from aiokafka07.protocol import (
+    EARLIEST,
+    LATEST,
+    FetchRequest,
+    FetchResponse,
+    decode_message_set,
+    encode_fetch_response,
+    encode_message_set,
+    encode_multifetch_response,
+    encode_offsets_response,
+    encode_produce_request,
+    encode_wrapper,
+    entry_size,
+)
+from aiokafka07.testing import KafkaCluster
+
+from .garbage_server import GarbageServer, Reply, frame
+from .wire import eventually
+
+Factory = Callable[..., KafkaCluster]
+
+
+@pytest.fixture
+async def cluster(kafka_cluster: Factory) -> AsyncIterator[KafkaCluster]:
+    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as running:
+        yield running
+
+
+def address_of(cluster: KafkaCluster, broker_id: int = 0) -> BrokerAddress:
+    broker = cluster.broker(broker_id)
+    return BrokerAddress(broker_id, broker.host, broker.port)
+
+
+async def connect(cluster: KafkaCluster, **options: Any) -> BrokerConnection:
+    return await BrokerConnection.open(address_of(cluster), **options)
+
+
+def values(response: FetchResponse, offset: int) -> list[bytes]:
+    return [m.value for m in response.decode(offset).messages]
+
+
+def set_offsets(start: int, payloads: list[bytes]) -> list[int]:
+    """The 0.7.2 "next offset" of every message of an uncompressed set at ``start``."""
+    result, position = [], start
+    for payload in payloads:
+        position += entry_size(len(payload))
+        result.append(position)
+    return result
+
+
+async def bounded(awaitable: Awaitable[Any], timeout: float = 10.0) -> Any:
+    return await asyncio.wait_for(awaitable, timeout)
+
+
+# -- pipelining ----------------------------------------------------------------------------
+
+
+async def test_hundreds_of_interleaved_requests_are_each_matched_to_their_answer(
+    cluster: KafkaCluster,
+) -> None:
+    conn = await connect(cluster)
+    topic = "pipe"
+    ends = [0, 0]
+    logged: list[list[bytes]] = [[], []]
+    calls: list[Awaitable[Any]] = []
+    expected: list[tuple[str, Any]] = []
+    frames = 0
+    for k in range(150):
+        p = k % 2
+        payloads = [b"%d:%d" % (k, j) * (j + 1) for j in range(k % 3 + 1)]
+        start, size = ends[p], len(encode_message_set(payloads))
+        ends[p] += size
+        logged[p] += payloads
+        if k % 5 == 0:
+            calls.append(conn.produce(topic, p, payloads, confirm=True))
+            expected.append(("confirm", ends[p]))
+            frames += 2  # the produce and its OFFSETS probe
+        else:
+            calls.append(conn.produce(topic, p, payloads))
+            expected.append(("produce", None))
+            frames += 1
+        calls.append(conn.offsets(topic, p, LATEST))
+        expected.append(("offsets", (ends[p],)))
+        calls.append(conn.fetch(topic, p, start, size))
+        expected.append(("fetch", (start, payloads, set_offsets(start, payloads), size)))
+        frames += 2
+        if k % 10 == 9:
+            calls.append(
+                conn.multifetch([FetchRequest(topic, 0, 0, 1 << 20), FetchRequest(topic, 1, 0, 1)])
+            )
+            expected.append(("multifetch", (list(logged[0]), ends[0])))
+            frames += 1
+
+    answers = await bounded(asyncio.gather(*calls))
+
+    assert len(answers) == len(expected) > 400
+    for i, (answer, (kind, want)) in enumerate(zip(answers, expected, strict=True)):
+        if kind in ("confirm", "produce", "offsets"):
+            assert answer == want, (i, kind)
+        elif kind == "fetch":
+            start, payloads, offsets, size = want
+            assert answer.error_code == 0, i
+            decoded = answer.decode(start)
+            assert [m.value for m in decoded.messages] == payloads, i
+            assert [m.offset for m in decoded.messages] == offsets, i
+            assert decoded.valid_bytes == size, i
+        else:
+            everything, end = want
+            first, second = answer.responses
+            assert first.error_code == 0
+            decoded = first.decode(0)
+            assert [m.value for m in decoded.messages] == everything, i
+            assert decoded.valid_bytes == end, i
+            # One byte of partition 1: a partial first message, returned as error 0.
+            assert second.error_code == 0
+            assert len(second.message_set) == 1
+    assert conn.requests_sent == frames
+    assert conn.in_flight == 0
+    await conn.close()
+    assert conn.closed
+
+
+async def test_many_tasks_pipelining_large_responses_split_over_many_reads(
+    cluster: KafkaCluster,
+) -> None:
+    conn = await connect(cluster)
+    rng = random.Random(1)
+    payloads = [rng.randbytes(rng.randrange(1, 200_000)) for _ in range(40)]
+    await conn.produce("big", 0, payloads, confirm=True)
+    offsets = [0, *set_offsets(0, payloads)]
+
+    async def worker(w: int) -> None:
+        for j in range(15):
+            i = (w * 7 + j * 3) % len(payloads)
+            if j % 3 == 2:
+                assert await conn.offsets("big", 0, LATEST) == (offsets[-1],)
+            else:
+                response = await conn.fetch("big", 0, offsets[i], offsets[i + 1] - offsets[i])
+                assert values(response, offsets[i]) == [payloads[i]], (w, j)
+
+    await bounded(asyncio.gather(*(worker(w) for w in range(20))))
+    assert conn.requests_sent == 1 + 1 + 20 * 15
+    await conn.close()
+
+
+# -- cancellation ------------------------------------------------------------------------
+
+
+async def test_cancelling_some_pipelined_requests_keeps_the_fifo_aligned(
+    cluster: KafkaCluster,
+) -> None:
+    conn = await connect(cluster)
+    payloads = [b"message-%03d" % i for i in range(60)]
+    await conn.produce("cx", 0, payloads, confirm=True)
+    await conn.produce("cx", 1, [b"only"], confirm=True)
+    offsets = [0, *set_offsets(0, payloads)]
+    sent_before = conn.requests_sent
+
+    tasks: list[asyncio.Task[Any]] = []
+    wanted: list[Any] = []
+    for k in range(300):
+        if k % 2:
+            i = k % len(payloads)
+            tasks.append(asyncio.ensure_future(conn.fetch("cx", 0, offsets[i], 1 << 16)))
+            wanted.append(payloads[i:])
+        else:
+            tasks.append(asyncio.ensure_future(conn.offsets("cx", k % 4 // 2, LATEST)))
+            wanted.append((offsets[-1],) if k % 4 == 0 else (entry_size(4),))
+
+    never_started = set(range(0, 300, 10))  # cancelled before their first step
+    for i in never_started:
+        tasks[i].cancel()
+    await asyncio.sleep(0)  # every other task has queued its request; nothing written yet
+    assert conn.requests_sent == sent_before
+    queued_only = set(range(5, 300, 10))  # cancelled while queued: must never be written
+    for i in queued_only:
+        assert tasks[i].cancel()
+    await asyncio.sleep(0)  # the flush
+    written = 300 - len(never_started) - len(queued_only)
+    assert conn.requests_sent == sent_before + written
+    after_write = {i for i in range(3, 300, 10) if tasks[i].cancel()}  # answers dropped
+
+    results = await bounded(asyncio.gather(*tasks, return_exceptions=True))
+    cancelled = never_started | queued_only | after_write
+    for i, (result, want) in enumerate(zip(results, wanted, strict=True)):
+        if i in cancelled:
+            assert isinstance(result, asyncio.CancelledError), i
+        elif isinstance(want, tuple):
+            assert result == want, i
+        else:
+            start = offsets[payloads.index(want[0])]
+            assert values(result, start) == want, i
+
+    # The connection is still aligned: later answers belong to later requests.
+    assert conn.in_flight == 0
+    assert not conn.closed
+    assert await conn.offsets("cx", 1, LATEST) == (entry_size(4),)
+    assert values(await conn.fetch("cx", 0, offsets[59], 100), offsets[59]) == [payloads[59]]
+    assert values(await conn.fetch("cx", 1, 0, 100), 0) == [b"only"]
+    await conn.close()
+
+
+async def test_a_cancelled_confirmed_produce_still_produces_and_keeps_alignment(
+    cluster: KafkaCluster,
+) -> None:
+    conn = await connect(cluster)
+    task = asyncio.ensure_future(conn.produce("cp", 0, [b"a"], confirm=True))
+    await asyncio.sleep(0)
+    assert task.cancel()  # queued, not written: the probe is skipped, the produce is not
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await conn.offsets("cp", 0, LATEST) == (entry_size(1),)
+    assert conn.requests_sent == 2  # the produce and the OFFSETS above; no probe
+    await conn.close()
+
+
+# -- failures ------------------------------------------------------------------------------
+
+
+async def test_broker_crash_fails_every_outstanding_request(cluster: KafkaCluster) -> None:
+    conn = await connect(cluster)
+    payloads = [b"v%d" % i for i in range(30)]
+    await conn.produce("crash", 0, payloads, confirm=True)
+    offsets = [0, *set_offsets(0, payloads)]
+    tasks = [
+        asyncio.ensure_future(
+            conn.fetch("crash", 0, offsets[k % 30], 1 << 16)
+            if k % 2
+            else conn.offsets("crash", 0, LATEST)
+        )
+        for k in range(400)
+    ]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert conn.requests_sent == 2 + 400  # all written
+    await cluster.crash_broker(0)
+    results = await bounded(asyncio.gather(*tasks, return_exceptions=True), 5)
+
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert failures
+    for k, result in enumerate(results):
+        if isinstance(result, BaseException):
+            assert type(result) is KafkaConnectionError, (k, result)
+            assert result.maybe_delivered, k
+            assert result.broker == str(address_of(cluster))
+        elif k % 2:
+            assert values(result, offsets[k % 30]) == payloads[k % 30 :]
+        else:
+            assert result == (offsets[-1],)
+    assert conn.closed
+    assert conn.in_flight == 0
+    started = time.monotonic()
+    with pytest.raises(KafkaConnectionError) as info:
+        await bounded(conn.offsets("crash", 0, LATEST), 1)
+    assert time.monotonic() - started < 0.5
+    assert not info.value.maybe_delivered
+    with pytest.raises(KafkaConnectionError):
+        await conn.produce("crash", 0, [b"x"])
+    await bounded(conn.close(), 2)
+
+
+async def test_abort_fails_queued_requests_as_not_delivered(cluster: KafkaCluster) -> None:
+    conn = await connect(cluster)
+    tasks = [asyncio.ensure_future(conn.offsets("ab", 0, LATEST)) for _ in range(20)]
+    await asyncio.sleep(0)  # queued, not yet written
+    conn.abort()
+    results = await bounded(asyncio.gather(*tasks, return_exceptions=True), 2)
+    for result in results:
+        assert isinstance(result, KafkaConnectionError)
+        assert not result.maybe_delivered
+    assert conn.requests_sent == 0
+    assert conn.closed
+    await bounded(conn.close(), 2)
+
+
+async def test_request_timeout_closes_the_connection_and_fails_the_rest() -> None:
+    async with GarbageServer() as server:  # reads requests, never answers
+        conn = await BrokerConnection.open(
+            BrokerAddress(None, server.host, server.port), request_timeout=0.3
+        )
+        started = time.monotonic()
+        first = asyncio.ensure_future(conn.offsets("t", 0, LATEST))
+        await asyncio.sleep(0.1)
+        others = [asyncio.ensure_future(conn.fetch("t", 0, 0, 100)) for _ in range(5)]
+        with pytest.raises(RequestTimeoutError) as info:
+            await bounded(first, 5)
+        elapsed = time.monotonic() - started
+        assert 0.25 <= elapsed < 2
+        assert info.value.maybe_delivered
+        results = await bounded(asyncio.gather(*others, return_exceptions=True), 1)
+        for result in results:
+            assert isinstance(result, KafkaConnectionError)
+            assert result.maybe_delivered
+        # The others failed with the first timeout, not after their own 0.3 s.
+        assert time.monotonic() - started < elapsed + 0.1
+        assert conn.closed
+        with pytest.raises(KafkaConnectionError):
+            await conn.offsets("t", 0, LATEST)
+        await bounded(conn.close(), 2)
+        assert len(server.requests) == 6
+
+
+async def test_connect_refused_is_a_typed_error_never_delivered() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        port = sock.getsockname()[1]
+        address = BrokerAddress(3, "127.0.0.1", port)
+        with pytest.raises(KafkaConnectionError) as info:
+            await bounded(BrokerConnection.open(address), 5)
+        assert not info.value.maybe_delivered
+        assert info.value.broker == str(address) == f"broker 3 at 127.0.0.1:{port}"
+
+
+async def test_unopened_connection_refuses_requests() -> None:
+    conn = BrokerConnection(BrokerAddress(None, "127.0.0.1", 1))
+    with pytest.raises(KafkaConnectionError):
+        await conn.offsets("t", 0, LATEST)
+    assert conn.requests_sent == 0
+
+
+# -- produce -----------------------------------------------------------------------------
+
+
+async def test_produce_variants_round_trip(cluster: KafkaCluster) -> None:
+    conn = await connect(cluster)
+    plain = [b"one", b"two", b""]
+    end = await conn.produce("pv", 0, plain, confirm=True)
+    assert end == len(encode_message_set(plain))
+
+    gz = [b"g" * 500, b"zip"]
+    gz_start = end
+    end = await conn.produce("pv", 0, gz, compression="gzip", confirm=True)
+    assert end is not None
+    wrapper = decode_message_set((await conn.fetch("pv", 0, gz_start, 1 << 20)).message_set)
+    assert wrapper.messages[0].value == b"g" * 500
+    shallow = decode_message_set(
+        (await conn.fetch("pv", 0, gz_start, 1 << 20)).message_set, shallow=True
+    )
+    assert [m.attributes & 3 for m in shallow.messages] == [1]
+    assert end == gz_start + shallow.valid_bytes < gz_start + len(encode_message_set(gz))
+
+    sn = [b"s" * 300, b"nappy"]
+    sn_start = end
+    end = await conn.produce("pv", 0, sn, compression="snappy", confirm=True)
+    fetched = (await conn.fetch("pv", 0, 0, 1 << 20)).decode(0)
+    assert [m.value for m in fetched.messages] == plain + gz + sn
+    assert [m.offset for m in fetched.messages] == [
+        *set_offsets(0, plain),
+        gz_start,
+        sn_start,
+        sn_start,
+        end,
+    ]
+    assert fetched.messages[-2].offset == sn_start
+
+    # Without confirm nothing comes back, but the produce is processed in order.
+    assert await conn.produce("pv", 1, [b"later"]) is None
+    assert await conn.offsets("pv", 1, LATEST) == (entry_size(5),)
+
+    # Pre-built sets (e.g. kept wrappers) go out unchanged.
+    kept = encode_wrapper("snappy", encode_message_set([b"k1", b"k2"]))
+    start = entry_size(5)
+    assert await conn.produce_message_set("pv", 1, kept, confirm=True) == start + len(kept)
+    response = await conn.fetch("pv", 1, start, 1 << 20)
+    assert bytes(response.message_set) == kept
+    assert [(m.value, m.offset) for m in response.decode(start).messages] == [
+        (b"k1", start),
+        (b"k2", start + len(kept)),
+    ]
+    await conn.close()
+
+
+async def test_multiproduce_to_two_partitions(cluster: KafkaCluster) -> None:
+    conn = await connect(cluster)
+    last = await conn.multiproduce(
+        [("mp", 0, [b"a", b"b"]), ("mp", 1, [b"c"]), ("other", 0, [b"d"]), ("mp", 1, [b"e"])],
+        confirm=True,
+    )
+    assert last == 2 * entry_size(1)  # the last target's end: mp/1
+    assert values(await conn.fetch("mp", 0, 0, 1000), 0) == [b"a", b"b"]
+    assert values(await conn.fetch("mp", 1, 0, 1000), 0) == [b"c", b"e"]
+    assert values(await conn.fetch("other", 0, 0, 1000), 0) == [b"d"]
+    assert await conn.multiproduce([("mp", 0, [b"x"]), ("mp", 1, [b"y"])], compression=2) is None
+    snappy_x = len(encode_message_set([b"x"], compression="snappy"))
+    assert await conn.offsets("mp", 0, LATEST) == (2 * entry_size(1) + snappy_x,)
+    assert values(await conn.fetch("mp", 1, 2 * entry_size(1), 1000), 2 * entry_size(1)) == [b"y"]
+    with pytest.raises(ValueError, match="nothing to confirm"):
+        await conn.multiproduce([], confirm=True)
+    await conn.close()
+
+
+async def test_confirm_detects_a_produce_to_an_invalid_partition(cluster: KafkaCluster) -> None:
+    conn = await connect(cluster)
+    assert await conn.produce("inv", 1, [b"kept"], confirm=True) == entry_size(4)
+    with pytest.raises(ProduceNotConfirmedError) as info:
+        await bounded(conn.produce("inv", 7, [b"lost"], confirm=True), 5)
+    assert info.value.maybe_delivered
+    assert isinstance(info.value.__cause__, KafkaConnectionError)
+    assert conn.closed
+    conn = await connect(cluster)
+    assert await conn.offsets("inv", 1, LATEST) == (entry_size(4),)
+    assert await conn.offsets("inv", 0, LATEST) == (0,)  # never created
+    with pytest.raises(InvalidPartitionError):
+        await conn.produce("inv", -2, [b"x"], confirm=True)
+    assert not conn.closed
+    await conn.close()
+
+
+def corrupt_crc(message_set: bytes) -> bytes:
+    data = bytearray(message_set)
+    data[6] ^= 0xFF  # the first byte of the first message's CRC (after size, magic, attrs)
+    return bytes(data)
+
+
+async def test_bad_crc_is_refused_client_side_and_closes_the_broker_connection(
+    cluster: KafkaCluster,
+) -> None:
+    conn = await connect(cluster)
+    good = encode_message_set([b"good"])
+    await conn.produce_message_set("crc", 0, good, confirm=True)
+    bad = corrupt_crc(encode_message_set([b"bad"]))
+    sent = conn.requests_sent
+    # produce_message_set decodes the set shallowly (for the size check) before sending,
+    # so a bad top-level CRC is refused on the client, with nothing written.
+    with pytest.raises(InvalidMessageError):
+        await conn.produce_message_set("crc", 0, bad, confirm=True)
+    with pytest.raises(InvalidMessageError):
+        await conn.produce_message_set("crc", 0, good + bad)
+    assert conn.requests_sent == sent
+    assert not conn.closed
+
+    # Sent anyway (as a raw frame), the broker refuses it by closing the connection.
+    await conn.send(encode_produce_request("crc", 0, good + bad))
+    with pytest.raises(KafkaConnectionError) as info:
+        await bounded(conn.offsets("crc", 0, LATEST), 5)
+    assert info.value.maybe_delivered
+    assert conn.closed
+
+    # A corrupt inner message hides behind a valid wrapper CRC: only confirm mode sees it.
+    conn = await connect(cluster)
+    inner = corrupt_crc(encode_message_set([b"inner"]))
+    with pytest.raises(ProduceNotConfirmedError):
+        await bounded(
+            conn.produce_message_set("crc", 0, encode_wrapper("gzip", inner), confirm=True), 5
+        )
+    conn = await connect(cluster)
+    assert await conn.offsets("crc", 0, LATEST) == (len(good),)  # nothing appended
+    await conn.close()
+
+
+async def test_oversized_messages_are_refused_before_sending(cluster: KafkaCluster) -> None:
+    conn = await connect(cluster, max_message_size=100)
+    await conn.produce("big", 0, [b"x" * 100], confirm=True)  # exactly the limit: fine
+    end = entry_size(100)
+    sent = conn.requests_sent
+    noise = random.Random(5).randbytes(400)
+    cases: list[Callable[[], Awaitable[Any]]] = [
+        lambda: conn.produce("big", 0, [b"y" * 101]),
+        lambda: conn.produce("big", 0, [b"ok", b"y" * 101], confirm=True),
+        lambda: conn.produce("big", 0, [noise], compression="gzip"),
+        lambda: conn.produce("big", 0, [noise[:200], noise[200:]], compression="snappy"),
+        lambda: conn.produce_message_set("big", 0, encode_message_set([b"z" * 101])),
+        lambda: conn.multiproduce([("big", 1, [b"fine"]), ("big", 0, [b"y" * 101])]),
+    ]
+    for case in cases:
+        with pytest.raises(MessageTooLargeError):
+            await case()
+    assert conn.requests_sent == sent
+    # The limit applies to a wrapper's compressed payload, not to what it holds.
+    await conn.produce("big", 0, [b"\0" * 5000, b"\0" * 5000], compression="gzip", confirm=True)
+    assert await conn.offsets("big", 1, LATEST) == (0,)
+    assert (await conn.offsets("big", 0, LATEST))[0] > end
+    assert values(await conn.fetch("big", 0, end, 1 << 20), end) == [b"\0" * 5000] * 2
+    await conn.close()
+
+
+def test_check_message_sizes_directly() -> None:
+    check_message_sizes(encode_message_set([b"a" * 10]), 10)
+    with pytest.raises(MessageTooLargeError, match="11 bytes"):
+        check_message_sizes(encode_message_set([b"a" * 11]), 10)
+    with pytest.raises(MessageTooLargeError, match="compressed set"):
+        check_message_sizes(encode_message_set([os.urandom(64)], compression="gzip"), 10)
+
+
+# -- broker edge cases (PROTOCOL §10.3, §10.4, §11) ----------------------------------------
+
+
+async def test_fetch_edge_cases(kafka_cluster: Factory) -> None:
+    async with kafka_cluster(
+        1,
+        zookeeper=None,
+        num_partitions=2,
+        max_topic_name_length=12,
+        topic_log_file_size={"seg": 100},
+    ) as cluster:
+        conn = await connect(cluster)
+        payloads = [b"first", b"second" * 10, b"third"]
+        end = await conn.produce("edge", 0, payloads, confirm=True)
+        offsets = set_offsets(0, payloads)
+        assert end == offsets[-1]
+
+        normal = await conn.fetch("edge", 0, 0, 1000)
+        assert (normal.error_code, values(normal, 0)) == (0, payloads)
+
+        at_end = await conn.fetch("edge", 0, end, 1000)
+        assert (at_end.error_code, bytes(at_end.message_set)) == (0, b"")
+        assert at_end.decode(end).messages == []
+
+        for beyond in (end + 1, -1, -(1 << 40)):
+            response = await conn.fetch("edge", 0, beyond, 1000)
+            assert (response.error_code, bytes(response.message_set)) == (1, b"")
+            with pytest.raises(OffsetOutOfRangeError) as out_of_range:
+                response.decode(beyond)
+            assert out_of_range.value.offset == beyond
+
+        # Mid-message: no check on the broker; the bytes are garbage to the client.
+        middle = await conn.fetch("edge", 0, 2, 1000)
+        assert middle.error_code == 0
+        assert len(middle.message_set) == end - 2
+        with pytest.raises(ProtocolError):
+            middle.decode(2)
+
+        # A fetch smaller than the next message: error 0 and a partial first message.
+        partial = await conn.fetch("edge", 0, offsets[0], 20)
+        assert partial.error_code == 0
+        assert len(partial.message_set) == 20
+        with pytest.raises(InvalidMessageSizeError) as too_small:
+            partial.decode(offsets[0])
+        assert too_small.value.size == 6 + 60
+        assert too_small.value.available == 16
+        assert too_small.value.position == 0
+        # The partial tail of a larger fetch is dropped, not an error.
+        tail = await conn.fetch("edge", 0, 0, offsets[0] + 20)
+        decoded = tail.decode(0)
+        assert [m.value for m in decoded.messages] == [b"first"]
+        assert decoded.valid_bytes == offsets[0]
+
+        empty = await conn.fetch("edge", 0, 0, 0)
+        assert (empty.error_code, bytes(empty.message_set)) == (0, b"")
+
+        for partition in (2, 7, -1):
+            wrong = await conn.fetch("edge", partition, 0, 1000)
+            assert (wrong.error_code, bytes(wrong.message_set)) == (3, b"")
+            with pytest.raises(InvalidPartitionError):
+                wrong.decode(0)
+
+        for topic, partition in (("nothing", 0), ("edge", 1)):  # no log here: nothing made
+            unknown = await conn.fetch(topic, partition, 0, 1000)
+            assert (unknown.error_code, bytes(unknown.message_set)) == (0, b"")
+        assert await conn.offsets("edge", 1, LATEST) == (0,)
+
+        # A name the broker refuses (longer than its max.topic.name.length of 12).
+        invalid = await conn.fetch("a-long-topic-name", 0, 0, 1000)
+        assert (invalid.error_code, bytes(invalid.message_set)) == (-1, b"")
+        with pytest.raises(UnknownError):
+            invalid.decode(0)
+
+        multi = await conn.multifetch(
+            [
+                FetchRequest("edge", 0, 0, 1000),
+                FetchRequest("edge", 0, end + 5, 1000),
+                FetchRequest("edge", 9, 0, 1000),
+                FetchRequest("nothing", 0, 0, 1000),
+                FetchRequest("a-long-topic-name", 0, 0, 1000),
+                FetchRequest("edge", 0, 0, 0),
+                FetchRequest("edge", 0, 0, 1000),
+            ]
+        )
+        assert [r.error_code for r in multi.responses] == [0, 1, 3, 0, -1, 0, 0]
+        assert values(multi.responses[0], 0) == payloads == values(multi.responses[6], 0)
+        assert [bytes(r.message_set) for r in multi.responses[1:6]] == [b""] * 5
+
+        # Segments: a fetch never spans two (topic "seg" rolls after 100 bytes).
+        one = [b"p" * 40]  # 50 bytes a message
+        for _ in range(5):
+            await conn.produce("seg", 0, one)
+        assert await conn.offsets("seg", 0, LATEST, 10) == (250, 150, 0)
+        assert len((await conn.fetch("seg", 0, 0, 1000)).decode(0).messages) == 3
+        assert len((await conn.fetch("seg", 0, 100, 1000)).decode(100).messages) == 1
+        assert len((await conn.fetch("seg", 0, 150, 1000)).decode(150).messages) == 2
+        assert not conn.closed
+        await conn.close()
+
+
+async def test_offsets_edge_cases(cluster: KafkaCluster) -> None:
+    conn = await connect(cluster)
+    end = await conn.produce("off", 0, [b"a", b"b", b"c"], confirm=True)
+    assert end == 3 * entry_size(1)
+    assert await conn.offsets("off", 0, LATEST) == (end,)
+    assert await conn.offsets("off", 0, LATEST, 5) == (end, 0)
+    assert await conn.offsets("off", 0, EARLIEST) == (0,)
+    assert await conn.offsets("off", 0, EARLIEST, 5) == (0,)
+    assert await conn.offsets("off", 0, LATEST, 0) == ()
+    now_ms = int(time.time() * 1000)
+    assert await conn.offsets("off", 0, now_ms + 3_600_000, 5) == (end, 0)
+    assert await conn.offsets("off", 0, 0, 5) == ()  # before every segment
+    assert await conn.offsets("off", 0, -3, 5) == ()  # just a timestamp nothing matches
+
+    # No log on this broker (valid name, valid partition): [0] for -1/-2, [] otherwise.
+    for topic, partition in (("unknown", 0), ("off", 1)):
+        assert await conn.offsets(topic, partition, LATEST) == (0,)
+        assert await conn.offsets(topic, partition, EARLIEST, 3) == (0,)
+        assert await conn.offsets(topic, partition, now_ms, 3) == ()
+    assert not conn.closed
+
+    # An invalid partition is not caught for OFFSETS: the broker closes the connection.
+    for partition in (2, -1):
+        pending = asyncio.ensure_future(conn.offsets("off", 0, LATEST))
+        with pytest.raises(KafkaConnectionError) as info:
+            await bounded(conn.offsets("off", partition, LATEST), 5)
+        assert info.value.maybe_delivered
+        assert await pending == (end,)  # answered before the bad one
+        assert conn.closed
+        conn = await connect(cluster)
+    await conn.close()
+
+
+async def test_offsets_of_an_invalid_topic_name_close_the_connection(
+    kafka_cluster: Factory,
+) -> None:
+    async with kafka_cluster(1, zookeeper=None, max_topic_name_length=5) as cluster:
+        conn = await connect(cluster)
+        with pytest.raises(KafkaConnectionError):
+            await bounded(conn.offsets("sixsix", 0, LATEST), 5)
+        assert conn.closed
+
+
+# -- garbage from the "broker" ----------------------------------------------------------
+
+
+def offsets_frame(*offsets: int) -> bytes:
+    return encode_offsets_response(offsets)
+
+
+async def open_garbage(server: GarbageServer, timeout: float = 1.0) -> BrokerConnection:
+    return await BrokerConnection.open(
+        BrokerAddress(None, server.host, server.port), request_timeout=timeout
+    )
+
+
+async def outcome(awaitable: Awaitable[Any], timeout: float = 5.0) -> Any:
+    """The result or the exception of ``awaitable``; a hang fails the test."""
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except asyncio.TimeoutError:
+        raise AssertionError("the client hung") from None
+    except Exception as exc:
+        return exc
+
+
+GARBAGE_CASES: dict[str, tuple[list[Reply], type[KafkaError]]] = {
+    "truncated frame, then close": (
+        [Reply(offsets_frame(1, 2)[:-3], close=True)],
+        KafkaConnectionError,
+    ),
+    "size 0": ([Reply(struct.pack(">i", 0))], MalformedFrameError),
+    "size 1 (no room for an error code)": ([Reply(frame(b"\0"))], MalformedFrameError),
+    "negative size": ([Reply(struct.pack(">i", -5) + b"\0" * 8)], MalformedFrameError),
+    "huge size, then close": (
+        [Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 100, close=True)],
+        KafkaConnectionError,
+    ),
+    "huge size, then silence": (
+        [Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 100)],
+        RequestTimeoutError,
+    ),
+    "close without a byte": ([Reply(close=True)], KafkaConnectionError),
+    "offsets body shorter than its count": (
+        [Reply(frame(b"\0\0\0\0\0\x05" + b"\0" * 8))],
+        MalformedFrameError,
+    ),
+    "negative offsets count": ([Reply(frame(b"\0\0\xff\xff\xff\xff"))], MalformedFrameError),
+    "offsets body without a count": ([Reply(frame(b"\0\0\0"))], MalformedFrameError),
+}
+
+
+@pytest.mark.parametrize("case", list(GARBAGE_CASES))
+async def test_garbage_ends_in_a_typed_error(case: str) -> None:
+    script, expected = GARBAGE_CASES[case]
+    async with GarbageServer(script) as server:
+        conn = await open_garbage(server, timeout=0.5)
+        started = time.monotonic()
+        result = await outcome(conn.offsets("t", 0, LATEST))
+        assert isinstance(result, expected), repr(result)
+        assert time.monotonic() - started < 3
+        if isinstance(result, KafkaConnectionError):
+            assert result.maybe_delivered
+        if not conn.closed:  # a well-framed but undecodable answer keeps the framing intact
+            assert isinstance(result, MalformedFrameError)
+            assert case.startswith("offsets") or case.startswith("negative offsets")
+        else:
+            later = await outcome(conn.offsets("t", 0, LATEST), 1)
+            assert isinstance(later, KafkaConnectionError)
+        await bounded(conn.close(), 2)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [struct.pack(">i", 0), struct.pack(">i", -1), struct.pack(">i", 1) + b"\0"],
+    ids=["size 0", "size -1", "size 1"],
+)
+async def test_a_bad_frame_fails_every_outstanding_request(bad: bytes) -> None:
+    good = offsets_frame(42)
+    # The second request's answer is good; a bad frame follows in the same write.
+    script = [Reply(), Reply(), Reply(good + good + bad)]
+    async with GarbageServer(script) as server:
+        conn = await open_garbage(server, timeout=5)
+        tasks = [asyncio.ensure_future(conn.offsets("t", 0, LATEST)) for _ in range(5)]
+        results = [await outcome(t) for t in tasks]
+        assert results[:2] == [(42,), (42,)]  # frames before the bad one still answer
+        for result in results[2:]:
+            assert isinstance(result, MalformedFrameError)
+        assert conn.closed
+        assert isinstance(await outcome(conn.offsets("t", 0, LATEST)), KafkaConnectionError)
+
+
+async def test_an_unsolicited_frame_closes_the_connection() -> None:
+    script = [Reply(offsets_frame(7) + offsets_frame(8))]
+    async with GarbageServer(script) as server:
+        conn = await open_garbage(server)
+        assert await bounded(conn.offsets("t", 0, LATEST)) == (7,)
+        await eventually(lambda: conn.closed, 2)
+        later = await outcome(conn.offsets("t", 0, LATEST))
+        assert isinstance(later, KafkaConnectionError)
+        assert "nobody asked for" in str(later)
+
+
+async def test_an_unsolicited_frame_arriving_later_closes_the_connection() -> None:
+    async with GarbageServer([Reply(offsets_frame(7))]) as server:
+        conn = await open_garbage(server)
+        assert await bounded(conn.offsets("t", 0, LATEST)) == (7,)
+        server.broadcast(offsets_frame(9))
+        await eventually(lambda: conn.closed, 2)
+        assert isinstance(await outcome(conn.fetch("t", 0, 0, 10)), KafkaConnectionError)
+
+
+async def test_fetch_and_multifetch_garbage_bodies() -> None:
+    script = [
+        Reply(encode_fetch_response(4, b"")),  # error 4 from a broker
+        Reply(encode_fetch_response(99, b"")),  # a code 0.7 does not have
+        Reply(encode_fetch_response(0, b"\xff\xff\xff\xf0")),  # negative message size
+        Reply(encode_multifetch_response([(0, b""), (0, b"")])),  # 2 answers for 3
+        Reply(frame(b"\0\0" + struct.pack(">i", 1) + b"\0")),  # sub-response of 1 byte
+        Reply(frame(b"\0\0" + struct.pack(">i", 50) + b"\0\0")),  # truncated sub-response
+    ]
+    async with GarbageServer(script) as server:
+        conn = await open_garbage(server)
+        with pytest.raises(InvalidMessageSizeError):
+            (await conn.fetch("t", 0, 0, 10)).decode(0)
+        with pytest.raises(UnknownError):
+            (await conn.fetch("t", 0, 0, 10)).decode(0)
+        with pytest.raises(InvalidMessageSizeError):
+            (await conn.fetch("t", 0, 0, 10)).decode(0)
+        three = [FetchRequest("t", p, 0, 10) for p in range(3)]
+        for _ in range(3):
+            with pytest.raises(MalformedFrameError):
+                await bounded(conn.multifetch(three))
+        await bounded(conn.close(), 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(min_size=1, max_size=64), fetch=st.booleans())
+def test_random_bytes_end_in_typed_errors_only(data: bytes, fetch: bool) -> None:
+    async def scenario() -> None:
+        async with GarbageServer([Reply(data, close=True)]) as server:
+            conn = await open_garbage(server, timeout=1)
+            request = conn.fetch("t", 0, 0, 100) if fetch else conn.offsets("t", 0, LATEST)
+            result = await outcome(request)
+            if isinstance(result, FetchResponse):
+                try:
+                    result.decode(0)
+                except Exception as exc:
+                    result = exc
+            if isinstance(result, Exception):
+                assert isinstance(result, KafkaError), repr(result)
+            # The server hung up: whatever came before, the connection ends closed.
+            later = await outcome(conn.offsets("t", 0, LATEST))
+            assert isinstance(later, KafkaConnectionError), repr(later)
+            assert conn.closed
+            await outcome(conn.close(), 2)
+
+    asyncio.run(scenario())
