@@ -3,7 +3,8 @@
 So far: the sans-IO codec (:mod:`aiokafka07.protocol`), one exception hierarchy
 (:mod:`aiokafka07.errors`), Java-compatible partitioning (:mod:`aiokafka07.partitioner`),
 pipelined broker connections and a pool (:mod:`aiokafka07.connection`,
-:mod:`aiokafka07.pool`), the :class:`SimpleConsumer`, and an embedded broker with test
+:mod:`aiokafka07.pool`), the :class:`SimpleConsumer`, the cluster view
+(:mod:`aiokafka07.cluster`), the :class:`Producer`, and an embedded broker with test
 fixtures (:mod:`aiokafka07.broker`, :mod:`aiokafka07.testing`).
 """
 
@@ -13,6 +14,7 @@ from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .partitioner import default_partition, java_hash_code
 from .pool import ConnectionPool
+from .producer import Producer, ProduceResult, ProducerMetrics
 from .protocol import EARLIEST, LATEST, Compression, Message
 from .records import ConsumerRecord
 from .simple import FetchResult, SimpleConsumer
@@ -29,6 +31,9 @@ __all__ = [
     "ConsumerRecord",
     "FetchResult",
     "Message",
+    "ProduceResult",
+    "Producer",
+    "ProducerMetrics",
     "SimpleConsumer",
     "__version__",
     "default_partition",

@@ -412,12 +412,29 @@ class BrokerConnection(asyncio.Protocol):
         confirm: bool = False,
     ) -> int | None:
         """MULTIPRODUCE (topic, partition, payloads) batches in one request, in order."""
-        entries = []
-        for topic, partition, payloads in batches:
-            message_set = encode_message_set(payloads, compression=compression)
-            check_message_sizes(message_set, self.max_message_size)
-            entries.append((topic, partition, message_set))
-        frame = encode_multiproduce_request(entries)
+        entries = [
+            (topic, partition, encode_message_set(payloads, compression=compression))
+            for topic, partition, payloads in batches
+        ]
+        return await self.multiproduce_message_sets(entries, confirm=confirm)
+
+    async def multiproduce_message_sets(
+        self,
+        entries: Sequence[tuple[str, int, BytesLike]],
+        *,
+        confirm: bool = False,
+        check_sizes: bool = True,
+    ) -> int | None:
+        """MULTIPRODUCE already encoded (topic, partition, message set) entries (a single
+        entry goes as a plain PRODUCE). ``check_sizes=False`` skips the max.message.size
+        check for callers that checked every message already."""
+        if check_sizes:
+            for _, _, message_set in entries:
+                check_message_sizes(message_set, self.max_message_size)
+        if len(entries) == 1:
+            frame = encode_produce_request(*entries[0])
+        else:
+            frame = encode_multiproduce_request(entries)
         return await self._produce(frame, [(t, p) for t, p, _ in entries], confirm)
 
     async def _produce(

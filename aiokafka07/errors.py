@@ -25,9 +25,12 @@ __all__ = [
     "KafkaError",
     "MalformedFrameError",
     "MessageTooLargeError",
+    "NoBrokersError",
     "OffsetOutOfRangeError",
     "ProduceNotConfirmedError",
+    "ProducerClosedError",
     "ProtocolError",
+    "QueueFullError",
     "RequestTimeoutError",
     "UnknownCodecError",
     "UnknownError",
@@ -174,6 +177,33 @@ class ProduceNotConfirmedError(KafkaConnectionError):
     topic, corrupt message, unknown codec); a broker that crashed looks the same. Nothing
     was appended in the first case; in the second it may have been.
     """
+
+
+class QueueFullError(KafkaError):
+    """The producer's buffer is full and the caller asked not to wait (``send_nowait``)."""
+
+
+class NoBrokersError(KafkaError):
+    """No live broker can take messages for the topic (0.7.2 NoBrokersForPartition)."""
+
+
+class ProducerClosedError(KafkaError):
+    """The producer is closed, or closed without delivering everything it accepted.
+
+    ``undelivered`` counts the messages that were not delivered and ``errors`` maps each
+    (topic, broker id, partition) to the last error seen for it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        undelivered: int = 0,
+        errors: dict[tuple[str, int | None, int], BaseException] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.undelivered = undelivered
+        self.errors = errors or {}
 
 
 class ZooKeeperError(KafkaError):

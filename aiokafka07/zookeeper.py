@@ -4,7 +4,8 @@ A thin layer over ``aiozk`` that speaks the domain: the connect string with an o
 chroot, persistent parents with *null* data (as 0.7.2 creates them; aiozk's own
 ``ensure_path`` makes container nodes, which ZooKeeper deletes when they empty), ephemeral
 nodes created "expecting conflict", and listeners told when a *new* session replaced an
-expired one, so owners of ephemeral nodes can register again.
+expired one, so owners of ephemeral nodes can register again, and child watches whose
+callbacks stay registered while the one-shot server-side watch is re-armed by each read.
 
 It knows nothing of sockets to brokers or of the Kafka wire protocol.
 """
@@ -28,6 +29,14 @@ __all__ = ["ZooKeeper", "parse_connect_string"]
 log = logging.getLogger("aiokafka07.zookeeper")
 
 SessionListener = Callable[[], Awaitable[None]]
+WatchCallback = Callable[[str], None]
+
+# The watch events a child watch, or the existence watch left on a missing node, reports.
+_CHILD_WATCH_EVENTS = (
+    aiozk.WatchEvent.CHILDREN_CHANGED,
+    aiozk.WatchEvent.CREATED,
+    aiozk.WatchEvent.DELETED,
+)
 
 
 def parse_connect_string(connect: str) -> tuple[str, str | None]:
@@ -76,6 +85,7 @@ class ZooKeeper:
         self._client: Any = None
         self._listeners: list[SessionListener] = []
         self._monitor: asyncio.Task[None] | None = None
+        self._watch_wrappers: dict[tuple[str, WatchCallback], _WatchWrapper] = {}
 
     async def __aenter__(self) -> ZooKeeper:
         await self.start()
@@ -124,6 +134,7 @@ class ZooKeeper:
         """Close the session (ZooKeeper then deletes its ephemeral nodes)."""
         client, self._client = self._client, None
         monitor, self._monitor = self._monitor, None
+        self._watch_wrappers.clear()  # registered with this client only
         if monitor is not None:
             monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -220,3 +231,84 @@ class ZooKeeper:
             raise
         except zk_exc.ZKError as exc:
             raise ZooKeeperError(f"ZooKeeper at {self.connect}: {exc!r}") from exc
+
+    # -- watches --------------------------------------------------------------------
+
+    def add_child_watch_callback(self, path: str, callback: WatchCallback) -> None:
+        """Call ``callback(path)`` each time a watch left on ``path`` by
+        :meth:`watch_children` fires (children changed, node created or deleted).
+
+        ZooKeeper watches are one-shot: the callback stays registered, but the watch must
+        be re-armed by calling :meth:`watch_children` again (normally from the code the
+        callback triggers). aiozk re-sends every registered watch to the server after a
+        reconnection, also on a new session. ``callback`` runs in the event loop via
+        ``call_soon`` and must not block; ``path`` is relative to the chroot.
+        """
+        key = (path, callback)
+        if key in self._watch_wrappers:
+            return
+        self._watch_wrappers[key] = wrapper = _WatchWrapper(path, callback)
+        full_path = self.client.normalize_path(path)
+        for event_type in _CHILD_WATCH_EVENTS:
+            self.client.session.add_watch_callback(event_type, full_path, wrapper)
+
+    def remove_child_watch_callback(self, path: str, callback: WatchCallback) -> None:
+        """Undo :meth:`add_child_watch_callback` (a no-op if it was not registered)."""
+        wrapper = self._watch_wrappers.pop((path, callback), None)
+        if wrapper is None or self._client is None:
+            return
+        full_path = self._client.normalize_path(path)
+        for event_type in _CHILD_WATCH_EVENTS:
+            self._client.session.remove_watch_callback(event_type, full_path, wrapper)
+
+    async def watch_children(self, path: str) -> list[str]:
+        """Children of ``path``, leaving a one-shot child watch on it.
+
+        When ``path`` does not exist, return ``[]`` and leave an existence watch instead,
+        so its creation is reported too (ZooKeeper sets no watch on a missing node's
+        children).
+        """
+        while True:
+            try:
+                children: list[str] = await self._call(self.client.get_children(path, watch=True))
+            except zk_exc.NoNode:
+                pass
+            else:
+                return children
+            if not await self._call(self.client.exists(path, watch=True)):
+                return []
+            # Created between the two calls: read its children (and watch them) after all.
+
+    async def watch_children_data(self, path: str) -> dict[str, str | None]:
+        """Children of ``path`` with their data (None when null), leaving a child watch.
+
+        Children that vanish between listing and reading are left out (the child watch
+        reports their removal anyway). The data reads are pipelined.
+        """
+        names = await self.watch_children(path)
+        base = path.rstrip("/")
+        values = await asyncio.gather(*(self._data_if_exists(f"{base}/{name}") for name in names))
+        return {name: value for name, (found, value) in zip(names, values, strict=True) if found}
+
+    async def _data_if_exists(self, path: str) -> tuple[bool, str | None]:
+        try:
+            return True, _decode(await self._call(self.client.get_data(path)))
+        except zk_exc.NoNode:
+            return False, None
+
+
+class _WatchWrapper:
+    """Hands a watch callback the chroot-relative path it was registered for (aiozk passes
+    the server-side path, which includes the chroot)."""
+
+    __slots__ = ("callback", "path")
+
+    def __init__(self, path: str, callback: WatchCallback) -> None:
+        self.path = path
+        self.callback = callback
+
+    def __call__(self, _server_path: str) -> None:
+        try:
+            self.callback(self.path)
+        except Exception:  # aiozk runs it with call_soon: nobody else would see it
+            log.exception("watch callback for %s failed", self.path)

@@ -60,3 +60,18 @@ def test_consumer_benchmark_reports_iteration_and_request_rates() -> None:
     assert figures["batches_iter"]["messages_per_s"] > 0
     assert figures["requests"]["pipelined_per_s"] > 0
     assert figures["requests"]["serial_per_s"] > 0
+
+
+def test_producer_benchmark_reports_every_codec() -> None:
+    bench = BENCH.parent / "bench_producer.py"
+    result = subprocess.run(
+        [sys.executable, str(bench), "--messages", "20000", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    figures = json.loads(result.stdout)
+    runs = {(r["codec"], r["confirm"]): r for r in figures["runs"]}
+    assert set(runs) == {("none", True), ("gzip", True), ("snappy", True), ("none", False)}
+    assert all(r["messages_per_s"] > 0 for r in runs.values())

@@ -91,8 +91,13 @@ async def collect(iterator: AsyncIterator[ConsumerRecord], timeout: float = 10) 
 
 
 async def drain(iterator: AsyncIterator[ConsumerRecord], into: list[ConsumerRecord]) -> None:
-    async for record in iterator:
-        into.append(record)
+    """Append every record to ``into`` (so they are kept when the iterator raises)."""
+
+    async def run() -> None:
+        async for record in iterator:
+            into.append(record)
+
+    await asyncio.wait_for(run(), 10)
 
 
 # -- single requests -------------------------------------------------------------------------
@@ -102,6 +107,7 @@ async def test_fetch_returns_records_and_the_next_offset(cluster: KafkaCluster) 
     producer = await producer_for(cluster)
     payloads = [b"a", b"bb" * 20, b"ccc"]
     end = await producer.produce("fx", 1, payloads, confirm=True)
+    assert end is not None
     offsets = ends(0, payloads)
     async with consumer_for(cluster) as consumer:
         result = await consumer.fetch("fx", 1, 0)
@@ -237,6 +243,7 @@ async def test_messages_from_the_start_stop_when_caught_up(cluster: KafkaCluster
     producer = await producer_for(cluster)
     payloads = [b"m%03d" % i for i in range(40)]
     end = await producer.produce("it", 0, payloads, confirm=True)
+    assert end is not None
     expected = records("it", 0, 0, payloads)
     async with consumer_for(cluster, fetch_size=50) as consumer:  # 3 messages a fetch
         assert await collect(consumer.messages("it", 0, 0)) == expected
@@ -262,9 +269,21 @@ async def test_messages_stop_exactly_at_the_end_offset(cluster: KafkaCluster) ->
         middle = expected[4].offset
         got = await collect(consumer.messages("eo", 0, middle, end_offset=expected[11].offset))
         assert got == expected[5:12]
+        # An end inside a message: that message does not end before it.
+        got = await collect(consumer.messages("eo", 0, 0, end_offset=expected[5].offset + 3))
+        assert got == expected[:6]
+        assert await collect(consumer.messages("eo", 0, 0, end_offset=3)) == []
         # Beyond the log end without polling: stops when caught up.
         got = await collect(consumer.messages("eo", 0, 0, end_offset=1 << 40))
         assert got == expected
+
+    big = [b"%d" % i * 100 for i in range(6)]
+    await producer.produce("eo", 1, big, confirm=True)
+    expected = records("eo", 1, 0, big)
+    async with consumer_for(cluster, fetch_size=32) as consumer:  # smaller than a message
+        for end in (expected[2].offset, expected[2].offset + 50, expected[5].offset - 1):
+            got = await collect(consumer.messages("eo", 1, 0, end_offset=end))
+            assert got == expected[: 3 if end < expected[3].offset else 5]
     await producer.close()
 
 

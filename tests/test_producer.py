@@ -1,0 +1,278 @@
+"""The Producer against embedded brokers and a real ZooKeeper: routing, batching,
+compression, backpressure and faults. What was sent is read back from the brokers' logs."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import pytest
+
+from aiokafka07 import SimpleConsumer
+from aiokafka07.errors import (
+    MessageTooLargeError,
+    ProduceNotConfirmedError,
+    ProducerClosedError,
+    QueueFullError,
+)
+from aiokafka07.partitioner import java_hash_code, java_partition_index
+from aiokafka07.producer import Producer
+from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
+
+from .wire import eventually
+
+Logs = dict[tuple[int, int], list[bytes]]
+
+
+async def read_logs(cluster: KafkaCluster, topic: str) -> Logs:
+    """Every message of ``topic`` on every running broker, per (broker, partition)."""
+    logs: Logs = {}
+    for broker in cluster.running:
+        async with SimpleConsumer(broker.host, broker.port, broker_id=broker.broker_id) as c:
+            for partition in range(broker.config.partitions_for(topic)):
+                values = [m.value async for m in c.messages(topic, partition, 0)]
+                if values:
+                    logs[(broker.broker_id, partition)] = values
+    return logs
+
+
+def all_values(logs: Logs) -> list[bytes]:
+    return [v for values in logs.values() for v in values]
+
+
+async def test_static_mode_delivers_everything_once(kafka_cluster: Any) -> None:
+    async with kafka_cluster(2, zookeeper=None, num_partitions=3) as cluster:
+        # The broker picks one partition per produced batch: small batches show the spread.
+        async with Producer(brokers=cluster.broker_list, linger_ms=2, batch_size=50) as producer:
+            futures = [await producer.send("static", b"m%d" % i) for i in range(3000)]
+            results = await asyncio.gather(*futures)
+        assert {r.partition for r in results} == {-1}  # the broker picks (0.7.2 broker.list)
+        assert {r.broker_id for r in results} == {0, 1}
+        logs = await read_logs(cluster, "static")
+        assert sorted(all_values(logs)) == sorted(b"m%d" % i for i in range(3000))
+        assert len(logs) == 6  # both brokers spread over their 3 partitions
+        assert producer.metrics.messages_sent == 3000
+
+
+async def test_keys_land_where_a_java_producer_puts_them(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    async with kafka_cluster(2, num_partitions=2, first_id=9) as cluster:
+        # Register the topic on both brokers (ids 9 and 10: numeric order 9 < 10).
+        async with Producer(zookeeper=zookeeper) as producer:
+            for broker_id in (9, 10):
+                for partition in (0, 1):
+                    await producer.send_and_wait("keyed", b"seed", partition=(broker_id, partition))
+            await eventually(lambda: len(producer.cluster.partitions("keyed")) == 4)
+            candidates = producer.cluster.partitions("keyed")
+            assert candidates == [(9, 0), (9, 1), (10, 0), (10, 1)]
+            keys = [f"user-{i}" for i in range(200)] + ["日本", "\U0001f600", "hello"]
+            sent = {key: await producer.send("keyed", key.encode(), key=key) for key in keys}
+            results = {key: await future for key, future in sent.items()}
+        for key, result in results.items():
+            expected = candidates[java_partition_index(java_hash_code(key), 4)]
+            assert (result.broker_id, result.partition) == expected, key
+        logs = await read_logs(cluster, "keyed")
+        for (broker_id, partition), values in logs.items():
+            for value in values:
+                if value != b"seed":
+                    key = value.decode()
+                    assert (results[key].broker_id, results[key].partition) == (
+                        broker_id,
+                        partition,
+                    )
+
+
+async def test_new_topic_goes_to_partition_0_of_every_live_broker(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    # Keyless messages keep a random target per batch: small batches show the spread.
+    async with (
+        kafka_cluster(3, num_partitions=4) as cluster,
+        Producer(zookeeper=zookeeper, batch_size=10) as producer,
+    ):
+        results = await asyncio.gather(
+            *[await producer.send("fresh", b"x%d" % i) for i in range(300)]
+        )
+        assert {(r.broker_id, r.partition) for r in results} <= {(0, 0), (1, 0), (2, 0)}
+        assert len({r.broker_id for r in results}) == 3
+        logs = await read_logs(cluster, "fresh")
+        assert len(all_values(logs)) == 300
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy"])
+async def test_compression_round_trips_through_the_broker(kafka_cluster: Any, codec: str) -> None:
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        async with Producer(
+            brokers=cluster.broker_list, compression=codec, compressed_topics=["z"]
+        ) as p:
+            values = [b"compressible %d " % i * 5 for i in range(500)]
+            await asyncio.gather(*[await p.send("z", v) for v in values])
+            await asyncio.gather(*[await p.send("plain", v) for v in values[:10]])
+        broker = cluster.broker(0)
+        async with SimpleConsumer(broker.host, broker.port) as c:
+            got = [m async for m in c.messages("z", 0, 0)]
+            plain = await c.fetch("plain", 0, 0)
+        assert [m.value for m in got] == values
+        assert len({m.offset for m in got}) < len(got)  # wrappers: inner messages share offsets
+        assert all(m.attributes == 0 for m in plain.messages)  # only compressed_topics compress
+
+
+async def test_per_partition_order_is_kept(kafka_cluster: Any) -> None:
+    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as cluster:
+        async with Producer(brokers=cluster.broker_list, batch_size=37, max_in_flight=4) as p:
+            futures = [
+                await p.send("ordered", b"%06d" % i, partition=(0, i % 2)) for i in range(5000)
+            ]
+            await asyncio.gather(*futures)
+        logs = await read_logs(cluster, "ordered")
+        for partition in (0, 1):
+            assert logs[(0, partition)] == [b"%06d" % i for i in range(partition, 5000, 2)]
+
+
+async def test_backpressure_and_oversized_messages(kafka_cluster: Any) -> None:
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        async with Producer(
+            brokers=cluster.broker_list,
+            max_buffered_messages=50,
+            linger_ms=50,
+            max_message_size=100,
+        ) as p:
+            with pytest.raises(MessageTooLargeError):
+                await p.send("bp", b"x" * 101)
+            futures = [p.send_nowait("bp", b"%d" % i) for i in range(50)]
+            with pytest.raises(QueueFullError):
+                p.send_nowait("bp", b"one too many")
+            waiter = asyncio.ensure_future(p.send("bp", b"waits"))
+            await asyncio.sleep(0.01)
+            assert not waiter.done()  # blocked until the linger flush makes room
+            futures.append(await asyncio.wait_for(waiter, 5))
+            await asyncio.gather(*futures)
+        assert len(all_values(await read_logs(cluster, "bp"))) == 51
+
+
+async def test_new_broker_receives_and_stopped_broker_stops(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    async with (
+        kafka_cluster(2, num_partitions=1) as cluster,
+        Producer(zookeeper=zookeeper, linger_ms=1) as p,
+    ):
+        await asyncio.gather(*[await p.send("route", b"seed") for _ in range(50)])
+        await eventually(lambda: len(p.cluster.partitions("route")) == 2)
+        new = cluster.add_broker(2)
+        await cluster.start_broker(2)
+        await eventually(lambda: 2 in p.cluster.brokers, timeout=15)
+        # A registered topic reaches a new broker once that broker registers it too (0.7.2:
+        # ZOOKEEPER §6.2), which it does on its first write of the topic.
+        await p.send_and_wait("route", b"first", partition=(2, 0))
+
+        async def reaches_new_broker() -> bool:
+            results = await asyncio.gather(*[await p.send("route", b"after") for _ in range(30)])
+            return any(r.broker_id == 2 for r in results)
+
+        await eventually(reaches_new_broker, timeout=15)
+        await cluster.stop_broker(1)
+        await eventually(lambda: 1 not in p.cluster.brokers, timeout=15)
+        results = await asyncio.gather(*[await p.send("route", b"late") for _ in range(100)])
+        assert {r.broker_id for r in results} <= {0, 2}
+        assert new.running
+
+
+async def test_broker_killed_during_load_loses_nothing(kafka_cluster: Any, zookeeper: str) -> None:
+    async with kafka_cluster(3, num_partitions=2) as cluster:
+        async with Producer(zookeeper=zookeeper, linger_ms=1, retry_backoff_ms=50, retries=10) as p:
+            await asyncio.gather(*[await p.send("load", b"warm") for _ in range(30)])
+            futures = []
+            for i in range(6000):
+                futures.append(await p.send("load", b"v%05d" % i))
+                if i == 2000:
+                    await cluster.crash_broker(1)
+                if i % 500 == 0:
+                    await asyncio.sleep(0.01)
+            results = await asyncio.gather(*futures)
+        assert all(r.confirmed for r in results)
+        await cluster.start_broker(1)
+        values = collections.Counter(all_values(await read_logs(cluster, "load")))
+        missing = [i for i in range(6000) if values[b"v%05d" % i] == 0]
+        assert missing == []  # at least once: duplicates allowed, losses not
+
+
+async def test_routing_survives_session_expiry(
+    kafka_cluster: Any, zookeeper: str, zookeeper_server: ZooKeeperServer
+) -> None:
+    async with kafka_cluster(2) as cluster, Producer(zookeeper=zookeeper, linger_ms=1) as p:
+        await asyncio.gather(*[await p.send("exp", b"a") for _ in range(20)])
+        zk = p.cluster.zookeeper  # type: ignore[attr-defined]
+        await expire_session(
+            zookeeper_server.connect_string, zk.session_id, zk.client.session.password
+        )
+        await cluster.stop_broker(0)
+        await eventually(lambda: set(p.cluster.brokers) == {1}, timeout=20)
+        results = await asyncio.gather(*[await p.send("exp", b"b") for _ in range(50)])
+        assert {r.broker_id for r in results} == {1}
+
+
+async def test_close_under_load_delivers_everything_accepted(kafka_cluster: Any) -> None:
+    async with kafka_cluster(2, zookeeper=None) as cluster:
+        p = Producer(brokers=cluster.broker_list, linger_ms=1000)
+        await p.start()
+        futures = [await p.send("closing", b"%d" % i) for i in range(20000)]
+        await p.close()
+        assert all(f.done() and not f.exception() for f in futures)
+        assert len(all_values(await read_logs(cluster, "closing"))) == 20000
+        with pytest.raises(ProducerClosedError):
+            await p.send("closing", b"late")
+
+
+async def test_close_names_what_was_not_delivered(kafka_cluster: Any) -> None:
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        p = Producer(
+            brokers=cluster.broker_list, retries=1, retry_backoff_ms=10, connect_timeout=0.5
+        )
+        await p.start()
+        await cluster.stop_broker(0)
+        futures = [await p.send("gone", b"x") for _ in range(10)]
+        with pytest.raises(ProducerClosedError) as info:
+            await p.close()
+        assert info.value.undelivered == 10
+        assert "gone" in str(info.value)
+        assert all(f.exception() is not None for f in futures)
+
+
+async def test_static_mode_refuses_a_partitioner() -> None:
+    with pytest.raises(ValueError, match="partitioner"):
+        Producer(brokers="0:127.0.0.1:1", partitioner=lambda key, n: 0)
+
+
+@pytest.mark.parametrize("policy", ["fail", "retry"])
+async def test_unconfirmed_batches_fail_or_retry_as_chosen(kafka_cluster: Any, policy: str) -> None:
+    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as cluster:
+        p = Producer(
+            brokers=cluster.broker_list, on_unconfirmed=policy, retries=2, retry_backoff_ms=5
+        )
+        await p.start()
+        # Partition 7 does not exist: the broker refuses the produce by closing the socket.
+        doomed = await p.send("refused", b"x", partition=(0, 7))
+        ok = await p.send("refused", b"fine", partition=(0, 1))
+        with pytest.raises(ProduceNotConfirmedError) as info:
+            await doomed
+        assert info.value.maybe_delivered
+        with pytest.raises(ProducerClosedError) as closed:
+            await p.close()
+        assert "refused/0-7" in str(closed.value)
+        if policy == "fail":
+            # Both entries went in one MULTIPRODUCE that was never confirmed: at most once
+            # means both fail (which entry the broker refused cannot be known).
+            assert p.metrics.retries == 0
+            assert closed.value.undelivered == 2
+            with pytest.raises(ProduceNotConfirmedError):
+                await ok
+        else:
+            # Retried entries go alone: the good one is delivered, the bad one fails
+            # after its retries.
+            assert (await ok).partition == 1
+            assert closed.value.undelivered == 1
+            assert p.metrics.retries == 1 + 2
+            assert all_values(await read_logs(cluster, "refused")).count(b"fine") >= 1
