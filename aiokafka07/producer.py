@@ -530,6 +530,13 @@ class Producer:
                 for batch in batches:  # their keyless messages pick a new random target
                     if self._sticky.get(batch.topic) == (queue.broker_id, batch.partition):
                         del self._sticky[batch.topic]
+                if batches[0].isolated:
+                    # Alone on the connection too: a request pipelined behind a refused
+                    # one would be lost with it.
+                    if queue.in_flight:
+                        await asyncio.wait(queue.in_flight)
+                    await self._send(queue.broker_id, batches)
+                    continue
                 task = asyncio.create_task(self._send(queue.broker_id, batches))
                 queue.in_flight.add(task)
                 task.add_done_callback(queue.in_flight.discard)
