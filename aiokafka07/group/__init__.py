@@ -1,0 +1,29 @@
+"""The balanced consumer group of Kafka 0.7.2 (ZOOKEEPER §3-§5).
+
+So far the pure part every member must get exactly right to share a group with Java 0.7.2
+consumers: identities and registration values (:mod:`.subscription`) and the range
+assignment (:mod:`.assignment`).
+"""
+
+from .assignment import assign, assign_group, group_threads, partition_names
+from .subscription import (
+    InvalidTopicFilterError,
+    Subscription,
+    TopicFilter,
+    consumer_id,
+    normalize_filter,
+    thread_ids,
+)
+
+__all__ = [
+    "InvalidTopicFilterError",
+    "Subscription",
+    "TopicFilter",
+    "assign",
+    "assign_group",
+    "consumer_id",
+    "group_threads",
+    "normalize_filter",
+    "partition_names",
+    "thread_ids",
+]
