@@ -201,6 +201,26 @@ class ZooKeeper:
                     f"{path} exists with {existing!r}, not {data!r}", path=path, existing=existing
                 ) from None
 
+    async def write_persistent(self, path: str, data: str) -> None:
+        """ "Update persistent" (ZOOKEEPER §0): write ``data``; if the node does not exist,
+        create its parents and the node; if another writer created it meanwhile, write
+        again."""
+        for _ in range(3):
+            try:
+                await self._call(self.client.set_data(path, data, force=True))
+                return
+            except zk_exc.NoNode:
+                pass
+            parent = path.rsplit("/", 1)[0]
+            if parent:
+                await self.ensure_path(parent)
+            try:
+                await self._call(self.client.create(path, data=data))
+                return
+            except zk_exc.NodeExists:
+                continue  # created by someone else just now: write over it
+        raise ZooKeeperError(f"could not write {path}: it keeps appearing and vanishing")
+
     async def get_data(self, path: str) -> str | None:
         """The node's data as text (None when null); raises ZooKeeperError if missing."""
         try:

@@ -1,11 +1,12 @@
 """The balanced consumer group of Kafka 0.7.2 (ZOOKEEPER §3-§5).
 
-So far the pure part every member must get exactly right to share a group with Java 0.7.2
-consumers: identities and registration values (:mod:`.subscription`) and the range
-assignment (:mod:`.assignment`).
+So far the parts every member must get exactly right to share a group with Java 0.7.2
+consumers: identities and registration values (:mod:`.subscription`), the range assignment
+(:mod:`.assignment`) and the group's znodes (:mod:`.registry`).
 """
 
 from .assignment import assign, assign_group, group_threads, partition_names
+from .registry import GroupRegistry
 from .subscription import (
     InvalidTopicFilterError,
     Subscription,
@@ -16,6 +17,7 @@ from .subscription import (
 )
 
 __all__ = [
+    "GroupRegistry",
     "InvalidTopicFilterError",
     "Subscription",
     "TopicFilter",
