@@ -4,19 +4,20 @@ So far: the sans-IO codec (:mod:`aiokafka07.protocol`), one exception hierarchy
 (:mod:`aiokafka07.errors`), Java-compatible partitioning (:mod:`aiokafka07.partitioner`),
 pipelined broker connections and a pool (:mod:`aiokafka07.connection`,
 :mod:`aiokafka07.pool`), the :class:`SimpleConsumer`, the cluster view
-(:mod:`aiokafka07.cluster`), the :class:`Producer`, and an embedded broker with test
-fixtures (:mod:`aiokafka07.broker`, :mod:`aiokafka07.testing`).
+(:mod:`aiokafka07.cluster`), the :class:`Producer`, the group :class:`Consumer`, and an
+embedded broker with test fixtures (:mod:`aiokafka07.broker`, :mod:`aiokafka07.testing`).
 """
 
 from . import errors, protocol
 from .connection import BrokerAddress, BrokerConnection
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
+from .group import Consumer
 from .partitioner import default_partition, java_hash_code
 from .pool import ConnectionPool
 from .producer import Producer, ProduceResult, ProducerMetrics
 from .protocol import EARLIEST, LATEST, Compression, Message
-from .records import ConsumerRecord
+from .records import ConsumerRecord, TopicPartition
 from .simple import FetchResult, SimpleConsumer
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ __all__ = [
     "BrokerConnection",
     "Compression",
     "ConnectionPool",
+    "Consumer",
     "ConsumerRecord",
     "FetchResult",
     "Message",
@@ -35,6 +37,7 @@ __all__ = [
     "Producer",
     "ProducerMetrics",
     "SimpleConsumer",
+    "TopicPartition",
     "__version__",
     "default_partition",
     "errors",

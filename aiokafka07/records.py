@@ -6,7 +6,30 @@ from typing import NamedTuple
 
 from .protocol import Compression
 
-__all__ = ["ConsumerRecord"]
+__all__ = ["ConsumerRecord", "TopicPartition"]
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic: in 0.7, a partition number on one broker.
+
+    ``name`` is the ``"<broker>-<partition>"`` form of ZooKeeper paths.
+    """
+
+    topic: str
+    broker_id: int
+    partition: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.broker_id}-{self.partition}"
+
+    @classmethod
+    def parse(cls, topic: str, name: str) -> TopicPartition:
+        """From a topic and a ``"b-p"`` name."""
+        broker, dash, partition = name.partition("-")
+        if not dash or not broker.isdigit() or not partition.isdigit():
+            raise ValueError(f"{name!r} is not a <broker>-<partition> name")
+        return cls(topic, int(broker), int(partition))
 
 
 class ConsumerRecord(NamedTuple):

@@ -11,9 +11,15 @@ __all__ = ["start_broker"]
 
 
 async def start_broker(
-    log_dir: str, *, partitions: int = 1, settings: dict[str, str] | None = None
+    log_dir: str,
+    *,
+    partitions: int = 1,
+    settings: dict[str, str] | None = None,
+    zookeeper: str | None = None,
+    broker_id: int = 0,
 ) -> tuple[asyncio.subprocess.Process, int]:
-    """Start ``python -m aiokafka07 broker`` (no ZooKeeper, no fsync); return it and its port."""
+    """Start ``python -m aiokafka07 broker`` (no fsync; registered in ``zookeeper`` if
+    given); return it and its port."""
     options = {
         "log.flush.fsync": "false",
         "socket.send.buffer": "4194304",
@@ -21,9 +27,10 @@ async def start_broker(
         **(settings or {}),
     }
     args = [arg for key, value in options.items() for arg in ("--set", f"{key}={value}")]
+    args += ["--zookeeper", zookeeper] if zookeeper else ["--no-zookeeper"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "aiokafka07", "broker", "--no-zookeeper", "--port", "0",
-        "--log-dir", log_dir, "--partitions", str(partitions), *args,
+        sys.executable, "-m", "aiokafka07", "broker", "--port", "0", "--broker-id",
+        str(broker_id), "--log-dir", log_dir, "--partitions", str(partitions), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.stdout is not None

@@ -75,3 +75,20 @@ def test_producer_benchmark_reports_every_codec() -> None:
     runs = {(r["codec"], r["confirm"]): r for r in figures["runs"]}
     assert set(runs) == {("none", True), ("gzip", True), ("snappy", True), ("none", False)}
     assert all(r["messages_per_s"] > 0 for r in runs.values())
+
+
+def test_group_benchmark_reports_throughput_memory_and_convergence() -> None:
+    bench = BENCH.parent / "bench_group.py"
+    result = subprocess.run(
+        [sys.executable, str(bench), "--messages", "40000", "--memory-mb", "10", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    figures = json.loads(result.stdout)
+    for codec in ("none", "gzip", "snappy"):
+        assert figures[codec]["messages_per_s"] > 0
+    assert figures["memory"]["backlog_mb"] == 10
+    assert figures["convergence"]["join_s"] > 0
+    assert figures["convergence"]["leave_s"] > 0

@@ -1,11 +1,13 @@
 """The balanced consumer group of Kafka 0.7.2 (ZOOKEEPER §3-§5).
 
-So far the parts every member must get exactly right to share a group with Java 0.7.2
-consumers: identities and registration values (:mod:`.subscription`), the range assignment
-(:mod:`.assignment`) and the group's znodes (:mod:`.registry`).
+:class:`Consumer` is the group member (:mod:`.consumer`); it builds on identities and
+registration values (:mod:`.subscription`), the range assignment (:mod:`.assignment`) and the
+group's znodes (:mod:`.registry`), which every member must get exactly right to share a
+group with Java 0.7.2 consumers.
 """
 
 from .assignment import assign, assign_group, group_threads, partition_names
+from .consumer import Consumer, RebalanceListener, Stream
 from .registry import GroupRegistry
 from .subscription import (
     InvalidTopicFilterError,
@@ -17,8 +19,11 @@ from .subscription import (
 )
 
 __all__ = [
+    "Consumer",
     "GroupRegistry",
     "InvalidTopicFilterError",
+    "RebalanceListener",
+    "Stream",
     "Subscription",
     "TopicFilter",
     "assign",

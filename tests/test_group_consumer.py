@@ -1,0 +1,1253 @@
+"""The balanced group consumer against embedded brokers and a real ZooKeeper.
+
+What the group writes to ZooKeeper is read back with a separate session and compared with
+0.7.2's exact paths and values; assignments are compared with :func:`assign_group`; what
+the members hand out is compared with what was produced (per partition, in order, and how
+many times). Faults: members that crash or lose their session, brokers that stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiokafka07 import LATEST, ConsumerRecord, Producer, SimpleConsumer
+from aiokafka07.errors import KafkaError, OffsetOutOfRangeError, ZooKeeperError
+from aiokafka07.group import assign_group
+from aiokafka07.group.consumer import Consumer
+from aiokafka07.records import TopicPartition
+from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
+from aiokafka07.zookeeper import ZooKeeper
+
+from .wire import eventually
+
+TOPIC = "events"
+
+#: Short timers so groups converge and commit within a fraction of a second.
+FAST: dict[str, Any] = {
+    "auto_offset_reset": "smallest",
+    "auto_commit_interval_ms": 100,
+    "fetch_backoff_ms": 10,
+    "rebalance_backoff_ms": 20,
+}
+
+Registrations = dict[str, dict[int, int]]
+
+
+def member(zookeeper: str, *topics: str, group: str = "g", **options: Any) -> Consumer:
+    if not topics and "whitelist" not in options and "blacklist" not in options:
+        topics = (TOPIC,)
+    return Consumer(*topics, group=group, zookeeper=zookeeper, **{**FAST, **options})
+
+
+def partitions_of(registrations: dict[int, int]) -> list[tuple[int, int]]:
+    return [(b, p) for b, count in sorted(registrations.items()) for p in range(count)]
+
+
+def value_for(tag: str, broker: int, partition: int, i: int) -> bytes:
+    return f"{tag}:{broker}-{partition}:{i:06d}".encode()
+
+
+def source_of(value: bytes) -> str:
+    """The "b-p" a test value was produced to."""
+    return value.decode().split(":")[1]
+
+
+def sequence_of(value: bytes) -> int:
+    """The produce order of a test value."""
+    return int(value.decode().split(":")[2].rstrip("."))
+
+
+_sequence = itertools.count()
+
+
+async def produce(
+    producer: Producer,
+    topic: str,
+    partitions: Iterable[tuple[int, int]],
+    count: int,
+    tag: str,
+    pad: int = 0,
+) -> list[bytes]:
+    """``count`` messages to each of ``partitions``; all delivered when this returns."""
+    targets = list(partitions)
+    values: list[bytes] = []
+    futures = []
+    for _ in range(count):
+        for broker, partition in targets:
+            value = value_for(tag, broker, partition, next(_sequence)) + b"." * pad
+            values.append(value)
+            futures.append(await producer.send(topic, value, partition=(broker, partition)))
+    await asyncio.gather(*futures)
+    return values
+
+
+async def topic_registrations(zk: ZooKeeper, topic: str) -> dict[int, int]:
+    result: dict[int, int] = {}
+    for child in await zk.get_children(f"/brokers/topics/{topic}"):
+        with contextlib.suppress(ZooKeeperError):
+            result[int(child)] = int(await zk.get_data(f"/brokers/topics/{topic}/{child}") or 0)
+    return result
+
+
+async def wait_registered(zk: ZooKeeper, topic: str, expected: dict[int, int]) -> None:
+    async def check() -> bool:
+        return await topic_registrations(zk, topic) == expected
+
+    await eventually(check, 10)
+
+
+async def children_data(zk: ZooKeeper, path: str) -> dict[str, str | None]:
+    result: dict[str, str | None] = {}
+    for child in await zk.get_children(path):
+        with contextlib.suppress(ZooKeeperError):
+            result[child] = await zk.get_data(f"{path}/{child}")
+    return result
+
+
+async def owner_nodes(
+    zk: ZooKeeper, group: str, topics: Iterable[str]
+) -> dict[tuple[str, str], str]:
+    owners: dict[tuple[str, str], str] = {}
+    for topic in topics:
+        for name, value in (await children_data(zk, f"/consumers/{group}/owners/{topic}")).items():
+            owners[(topic, name)] = value or ""
+    return owners
+
+
+async def log_ends(cluster: KafkaCluster, topic: str) -> dict[str, int]:
+    """The log end offset ("b-p" → next offset) of every partition on every running broker."""
+    ends: dict[str, int] = {}
+    for broker in cluster.running:
+        async with SimpleConsumer(broker.host, broker.port, broker_id=broker.broker_id) as c:
+            for partition in range(broker.config.partitions_for(topic)):
+                (end,) = await c.offsets_before(topic, partition, LATEST, 1)
+                ends[f"{broker.broker_id}-{partition}"] = end
+    return ends
+
+
+async def committed_offsets(zk: ZooKeeper, group: str, topic: str) -> dict[str, str | None]:
+    return await children_data(zk, f"/consumers/{group}/offsets/{topic}")
+
+
+def expected_owners(
+    members: Sequence[Consumer], registrations: Registrations
+) -> dict[tuple[str, str], str]:
+    """(topic, "b-p") → thread id, from :func:`assign_group` over ``members``."""
+    plan = assign_group({c.consumer_id: c.subscription for c in members}, registrations)
+    return {
+        (topic, name): thread
+        for topic, ranges in plan.items()
+        for thread, names in ranges.items()
+        for name in names
+    }
+
+
+async def group_state(
+    zk: ZooKeeper, group: str, members: Sequence[Consumer], registrations: Registrations
+) -> list[str]:
+    """What differs from a converged group (empty when converged)."""
+    problems: list[str] = []
+    ids = sorted(await zk.get_children(f"/consumers/{group}/ids"))
+    if ids != sorted(c.consumer_id for c in members):
+        problems.append(f"ids {ids}")
+    wanted = expected_owners(members, registrations)
+    for c in members:
+        mine = {
+            TopicPartition.parse(topic, name): thread
+            for (topic, name), thread in wanted.items()
+            if thread.rsplit("-", 1)[0] == c.consumer_id
+        }
+        if c.assignment() != set(mine):
+            problems.append(f"{c.consumer_id} owns {sorted(c.assignment())}, not {sorted(mine)}")
+        elif {tp: c._owned[tp].thread for tp in mine} != mine:
+            problems.append(f"{c.consumer_id}: wrong threads")
+    owners = await owner_nodes(zk, group, registrations)
+    if owners != wanted:
+        problems.append(f"owner nodes {owners} != {wanted}")
+    return problems
+
+
+async def wait_converged(
+    zk: ZooKeeper,
+    group: str,
+    members: Sequence[Consumer],
+    registrations: Registrations,
+    timeout: float = 15.0,
+) -> None:
+    """Until every partition has exactly the owner :func:`assign_group` gives it, in
+    ZooKeeper and in the members' ``assignment()``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        problems = await group_state(zk, group, members, registrations)
+        if not problems:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"group {group} did not converge: {problems}")
+        await asyncio.sleep(0.02)
+
+
+class Collector:
+    """Drains an async iterator of records in a task of its own."""
+
+    def __init__(self, source: AsyncIterator[ConsumerRecord]) -> None:
+        self.records: list[ConsumerRecord] = []
+        self.task = asyncio.create_task(self._run(source))
+
+    async def _run(self, source: AsyncIterator[ConsumerRecord]) -> None:
+        async for record in source:
+            self.records.append(record)
+
+    def values(self) -> list[bytes]:
+        return [r.value for r in self.records]
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+def delivered(
+    collectors: Iterable[Collector], extra: Iterable[bytes] = ()
+) -> collections.Counter[bytes]:
+    counts: collections.Counter[bytes] = collections.Counter(extra)
+    for collector in collectors:
+        counts.update(collector.values())
+    return counts
+
+
+async def wait_delivered(
+    collectors: Sequence[Collector], expected: Iterable[bytes], timeout: float = 15.0
+) -> None:
+    wanted = set(expected)
+
+    def check() -> bool:
+        for collector in collectors:
+            if collector.task.done() and not collector.task.cancelled():
+                collector.task.result()  # a failed iterator fails the test at once
+        return wanted <= set(delivered(collectors))
+
+    try:
+        await eventually(check, timeout)
+    except AssertionError:
+        missing = wanted - set(delivered(collectors))
+        raise AssertionError(
+            f"{len(missing)} never delivered, e.g. {sorted(missing)[:5]}"
+        ) from None
+
+
+def assert_records_match_sources(records: Iterable[ConsumerRecord], topic: str = TOPIC) -> None:
+    """Every record says where it came from; per partition, values come in produce order."""
+    by_partition: dict[str, list[int]] = collections.defaultdict(list)
+    for r in records:
+        assert r.topic == topic
+        name = f"{r.broker_id}-{r.partition}"
+        assert source_of(r.value) == name, r
+        by_partition[name].append(sequence_of(r.value))
+    for name, sequence in by_partition.items():
+        assert sequence == sorted(sequence), f"{name} out of order"
+
+
+async def crash(consumer: Consumer) -> None:
+    """Die like a killed process: no commit, no release, no unregister; the ZooKeeper
+    session ends (so its ephemeral nodes vanish at once)."""
+    tasks = [*consumer._tasks, *consumer._fetchers.values()]
+    for task in tasks:
+        task.cancel()
+    await consumer._zk.close()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await consumer._pool.close()
+    consumer.closed = True
+    for stream in consumer.streams:
+        stream._ready.set()
+    consumer._data.set()
+
+
+class OwnershipSampler:
+    """Samples a group while it rebalances: no partition is ever in the assignment of two
+    live members, and the owner node of a partition a member held throughout a sample
+    holds no other thread id."""
+
+    def __init__(self, zk: ZooKeeper, group: str, topic: str, members: list[Consumer]) -> None:
+        self.zk = zk
+        self.group = group
+        self.topic = topic
+        self.members = members  # the live ones: remove a member before crashing it
+        self.violations: list[str] = []
+        self.samples = 0
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            live = [c for c in self.members if not c.closed]
+            before = {c.consumer_id: dict(c._owned) for c in live}
+            holders: dict[TopicPartition, str] = {}
+            for cid, held_now in before.items():
+                for tp in held_now:
+                    if tp in holders:
+                        self.violations.append(f"{tp} owned by {holders[tp]} and {cid}")
+                    holders[tp] = cid
+            owners = await owner_nodes(self.zk, self.group, [self.topic])
+            for c in live:
+                if c.closed or c not in self.members:
+                    continue  # left (or crashed) during the sample
+                for tp, owned in before[c.consumer_id].items():
+                    held = c._owned.get(tp) is owned
+                    node = owners.get((self.topic, tp.name))
+                    # (None: released a moment before the member forgets the partition.)
+                    if held and node is not None and node != owned.thread:
+                        self.violations.append(f"{tp} held by {owned.thread}, node says {node}")
+            self.samples += 1
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+# -- 1. identities, registrations, owners and offsets ----------------------------------------
+
+
+async def test_registration_owner_and_offset_znodes(kafka_cluster: Any, zookeeper: str) -> None:
+    async with (
+        kafka_cluster(1, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        values = {p: [value_for("r", 0, p, i) + b"x" * (i * 7) for i in range(3)] for p in (0, 1)}
+        for p, vs in values.items():
+            for v in vs:
+                await producer.send_and_wait(TOPIC, v, partition=(0, p))
+        await wait_registered(zk, TOPIC, {0: 2})
+
+        before_ms = int(time.time() * 1000)
+        consumer = member(zookeeper, group="g1", auto_commit=False)
+        after_ms = int(time.time() * 1000)
+        cid = consumer.consumer_id
+        match = re.fullmatch(rf"g1_{re.escape(socket.gethostname())}-(\d+)-([0-9a-f]{{8}})", cid)
+        assert match, cid
+        assert before_ms <= int(match.group(1)) <= after_ms
+        async with consumer:
+            assert await zk.get_children("/consumers/g1/ids") == [cid]
+            assert await zk.get_data(f"/consumers/g1/ids/{cid}") == '{ "events": 1 }'
+            assert await owner_nodes(zk, "g1", [TOPIC]) == {
+                (TOPIC, "0-0"): f"{cid}-0",
+                (TOPIC, "0-1"): f"{cid}-0",
+            }
+            got: list[ConsumerRecord] = []
+            while len(got) < 6:
+                for records in (await consumer.getmany(timeout_ms=5000)).values():
+                    got.extend(records)
+            assert len(got) == 6
+            # 0.7.2 offsets: each record carries the NEXT offset (entry = 4 + 6 + value).
+            for p in (0, 1):
+                mine = [r for r in got if r.partition == p]
+                assert [r.value for r in mine] == values[p]
+                ends = []
+                end = 0
+                for v in values[p]:
+                    end += 4 + 6 + len(v)
+                    ends.append(end)
+                assert [r.offset for r in mine] == ends
+                assert all(r.broker_id == 0 and r.topic == TOPIC for r in mine)
+            await consumer.commit()
+            offsets = await committed_offsets(zk, "g1", TOPIC)
+            assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+            assert offsets == {
+                "0-0": str(sum(10 + len(v) for v in values[0])),
+                "0-1": str(sum(10 + len(v) for v in values[1])),
+            }
+            assert await consumer.committed(TopicPartition(TOPIC, 0, 1)) == int(
+                offsets["0-1"] or -1
+            )
+
+        # A whitelist registers the normalised filter and the stream count, and both of
+        # its thread ids own partitions.
+        async with member(zookeeper, group="g2", whitelist=" events, other ", streams=2) as w:
+            wid = w.consumer_id
+            assert await zk.get_data(f"/consumers/g2/ids/{wid}") == "*2*events|other"
+            assert await owner_nodes(zk, "g2", [TOPIC]) == {
+                (TOPIC, "0-0"): f"{wid}-0",
+                (TOPIC, "0-1"): f"{wid}-1",
+            }
+        # Leaving removed the ids and owner nodes.
+        assert await zk.get_children("/consumers/g2/ids") == []
+        assert await zk.get_children(f"/consumers/g2/owners/{TOPIC}") == []
+
+
+# -- 2. groups converge; exactly once while stable; joins, leaves and resumes -------------------
+
+TWO_BY_THREE: dict[int, int] = {0: 3, 1: 3}
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+async def test_group_converges_and_delivers_exactly_once(
+    kafka_cluster: Any, zookeeper: str, size: int
+) -> None:
+    registrations = {TOPIC: TWO_BY_THREE}
+    parts = partitions_of(TWO_BY_THREE)
+    async with (
+        kafka_cluster(2, num_partitions=3) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        early = await produce(producer, TOPIC, parts, 5, "early")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        members = [member(zookeeper) for _ in range(size)]
+        await asyncio.gather(*(m.start() for m in members))
+        collectors = [Collector(m) for m in members]
+        try:
+            await wait_converged(zk, "g", members, registrations)
+            # Every partition has exactly one owner, and the owners are the members.
+            owned = [tp for m in members for tp in m.assignment()]
+            assert sorted(owned) == sorted(TopicPartition(TOPIC, b, p) for b, p in parts)
+            late = await produce(producer, TOPIC, parts, 20, "late")
+            await wait_delivered(collectors, early + late)
+            await asyncio.sleep(0.2)  # room for a duplicate to show up
+            counts = delivered(collectors)
+            assert counts == collections.Counter(early + late)
+            for m, c in zip(members, collectors, strict=True):
+                assert_records_match_sources(c.records)
+                sources = {(r.broker_id, r.partition) for r in c.records}
+                assert sources == {(tp.broker_id, tp.partition) for tp in m.assignment()}
+                # position() is the offset of the last record handed out (a next offset).
+                for tp in m.assignment():
+                    last = [r for r in c.records if (r.broker_id, r.partition) == tp[1:]][-1]
+                    assert m.position(tp) == last.offset
+        finally:
+            await asyncio.gather(*(m.close() for m in members))
+            for c in collectors:
+                await c.stop()
+        # Leaving committed the next offsets = the log ends, and removed every ephemeral.
+        ends = await log_ends(cluster, TOPIC)
+        offsets = await committed_offsets(zk, "g", TOPIC)
+        assert {k: int(v or -1) for k, v in offsets.items()} == ends
+        assert await zk.get_children("/consumers/g/ids") == []
+        assert await zk.get_children(f"/consumers/g/owners/{TOPIC}") == []
+
+        # A new member resumes exactly at the committed offsets: nothing is redelivered.
+        async with member(zookeeper) as again:
+            collector = Collector(again)
+            more = await produce(producer, TOPIC, parts, 3, "more")
+            await wait_delivered([collector], more)
+            await asyncio.sleep(0.1)
+            assert sorted(collector.values()) == sorted(more)
+            await collector.stop()
+
+
+async def test_joins_and_leaves_converge_without_loss_or_duplicates(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    registrations = {TOPIC: TWO_BY_THREE}
+    parts = partitions_of(TWO_BY_THREE)
+    async with (
+        kafka_cluster(2, num_partitions=3) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, parts, 10, "a")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        members: list[Consumer] = []
+        collectors: list[Collector] = []
+
+        async def join() -> Consumer:
+            m = member(zookeeper)
+            await m.start()
+            members.append(m)
+            collectors.append(Collector(m))
+            return m
+
+        first = await join()
+        sampler = OwnershipSampler(zk, "g", TOPIC, members)
+        try:
+            await wait_converged(zk, "g", members, registrations)
+            await wait_delivered(collectors, produced)
+            for step in range(3):  # three joins, data flowing during each rebalance
+                produced += await produce(producer, TOPIC, parts, 10, f"j{step}")
+                await join()
+                await wait_converged(zk, "g", members, registrations)
+            assert [len(m.assignment()) for m in members] == [2, 2, 1, 1]
+            produced += await produce(producer, TOPIC, parts, 10, "b")
+            await wait_delivered(collectors, produced)
+            # Leaves: the first member, then the third.
+            for leaver in (first, members[2]):
+                produced += await produce(producer, TOPIC, parts, 10, f"l{len(members)}")
+                await leaver.close()
+                members.remove(leaver)
+                await wait_converged(zk, "g", members, registrations)
+            produced += await produce(producer, TOPIC, parts, 10, "z")
+            await wait_delivered(collectors, produced)
+            await asyncio.sleep(0.2)
+            assert delivered(collectors) == collections.Counter(produced)
+            for c in collectors:
+                assert_records_match_sources(c.records)
+            assert sampler.samples >= 3
+            assert sampler.violations == []
+        finally:
+            await sampler.stop()
+            await asyncio.gather(*(m.close() for m in members))
+            for c in collectors:
+                await c.stop()
+        offsets = await committed_offsets(zk, "g", TOPIC)
+        assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+
+
+# -- 3. a member crashes ----------------------------------------------------------------------
+
+
+async def test_crashed_member_is_taken_over_without_loss(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    registrations = {TOPIC: TWO_BY_THREE}
+    parts = partitions_of(TWO_BY_THREE)
+    async with (
+        kafka_cluster(2, num_partitions=3),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, parts, 10, "a")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        members = [member(zookeeper) for _ in range(3)]
+        await asyncio.gather(*(m.start() for m in members))
+        collectors = {m.consumer_id: Collector(m) for m in members}
+        live = list(members)
+        sampler = OwnershipSampler(zk, "g", TOPIC, live)
+        try:
+            await wait_converged(zk, "g", live, registrations)
+            await wait_delivered(list(collectors.values()), produced)
+            victim = live[1]
+            victim_partitions = {tp.name for tp in victim.assignment()}
+            assert len(victim_partitions) == 2
+            produced += await produce(producer, TOPIC, parts, 30, "b")
+            await eventually(lambda: len(collectors[victim.consumer_id].records) > 25)
+            live.remove(victim)
+            await crash(victim)
+            await collectors[victim.consumer_id].stop()
+            # Its session is gone with its registration and owner nodes.
+            owners = await owner_nodes(zk, "g", [TOPIC])
+            assert not any(v.startswith(victim.consumer_id) for v in owners.values())
+            assert victim.consumer_id not in await zk.get_children("/consumers/g/ids")
+            await wait_converged(zk, "g", live, registrations)
+            produced += await produce(producer, TOPIC, parts, 10, "c")
+            await wait_delivered(list(collectors.values()), produced)
+            await asyncio.sleep(0.2)
+            counts = delivered(collectors.values())
+            assert set(counts) == set(produced)  # at least once
+            duplicated = {v for v, n in counts.items() if n > 1}
+            # Only what the victim was handed but had not committed comes twice.
+            assert {source_of(v) for v in duplicated} <= victim_partitions
+            assert all(counts[v] == 2 for v in duplicated)
+            assert sampler.samples >= 3
+            assert sampler.violations == []
+        finally:
+            await sampler.stop()
+            await asyncio.gather(*(m.close() for m in live))
+            for c in collectors.values():
+                await c.stop()
+
+
+# -- 4. a member's ZooKeeper session expires ---------------------------------------------------
+
+
+async def test_session_expiry_reregisters_and_keeps_committed_progress(
+    kafka_cluster: Any, zookeeper: str, zookeeper_server: ZooKeeperServer
+) -> None:
+    registrations = {TOPIC: TWO_BY_THREE}
+    parts = partitions_of(TWO_BY_THREE)
+    async with (
+        kafka_cluster(2, num_partitions=3) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        first = await produce(producer, TOPIC, parts, 10, "a")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        # Alone, without auto-commit: only the rebalance after the expiry commits.
+        # (A short session: the client notices the expiry at its next ping.)
+        async with member(zookeeper, auto_commit=False, session_timeout_ms=1500) as consumer:
+            collector = Collector(consumer)
+            await wait_delivered([collector], first)
+            offsets = await committed_offsets(zk, "g", TOPIC)
+            assert set(offsets.values()) == {"0"}  # the start position, committed at claim
+            old_session = consumer._zk.session_id
+            assert old_session is not None
+            await expire_session(
+                zookeeper_server.connect_string, old_session, consumer._zk.client.session.password
+            )
+            await eventually(lambda: consumer._zk.session_id not in (None, old_session))
+            await wait_converged(zk, "g", [consumer], registrations)
+            # The progress made before the expiry was committed by the new session.
+            ends = await log_ends(cluster, TOPIC)
+
+            async def progress_committed() -> bool:
+                offsets = await committed_offsets(zk, "g", TOPIC)
+                return {k: int(v or -1) for k, v in offsets.items()} == ends
+
+            await eventually(progress_committed, 10)
+            second = await produce(producer, TOPIC, parts, 10, "b")
+            await wait_delivered([collector], second)
+            await asyncio.sleep(0.1)
+            assert sorted(collector.values()) == sorted(first + second)  # no redelivery
+            assert_records_match_sources(collector.records)
+            await collector.stop()
+        offsets = await committed_offsets(zk, "g", TOPIC)
+        assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+
+
+async def test_session_expiry_in_a_group_loses_nothing(
+    kafka_cluster: Any, zookeeper: str, zookeeper_server: ZooKeeperServer
+) -> None:
+    registrations = {TOPIC: TWO_BY_THREE}
+    parts = partitions_of(TWO_BY_THREE)
+    async with (
+        kafka_cluster(2, num_partitions=3) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, parts, 10, "a")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        members = [member(zookeeper, session_timeout_ms=1500) for _ in range(2)]
+        await asyncio.gather(*(m.start() for m in members))
+        collectors = [Collector(m) for m in members]
+        try:
+            await wait_converged(zk, "g", members, registrations)
+            await wait_delivered(collectors, produced)
+            expiring = members[0]
+            old_session = expiring._zk.session_id
+            assert old_session is not None
+            produced += await produce(producer, TOPIC, parts, 10, "b")
+            await expire_session(
+                zookeeper_server.connect_string, old_session, expiring._zk.client.session.password
+            )
+            produced += await produce(producer, TOPIC, parts, 10, "c")
+            await eventually(lambda: expiring._zk.session_id not in (None, old_session))
+            await wait_converged(zk, "g", members, registrations)
+            produced += await produce(producer, TOPIC, parts, 10, "d")
+            await wait_delivered(collectors, produced)
+            assert set(delivered(collectors)) == set(produced)
+            for c in collectors:
+                assert_records_match_sources(c.records)
+        finally:
+            await asyncio.gather(*(m.close() for m in members))
+            for c in collectors:
+                await c.stop()
+        offsets = await committed_offsets(zk, "g", TOPIC)
+        assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+
+
+# -- 5. a broker stops and comes back ---------------------------------------------------------
+
+
+async def test_stopped_broker_partitions_leave_and_return(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    both = {0: 2, 1: 2}
+    async with (
+        kafka_cluster(2, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, partitions_of(both), 5, "a")
+        await wait_registered(zk, TOPIC, both)
+        members = [member(zookeeper) for _ in range(2)]
+        await asyncio.gather(*(m.start() for m in members))
+        collectors = [Collector(m) for m in members]
+        try:
+            await wait_converged(zk, "g", members, {TOPIC: both})
+            await wait_delivered(collectors, produced)
+            await cluster.stop_broker(1)
+            await wait_registered(zk, TOPIC, {0: 2})
+            await wait_converged(zk, "g", members, {TOPIC: {0: 2}})
+            assert {tp.broker_id for m in members for tp in m.assignment()} == {0}
+            produced += await produce(producer, TOPIC, partitions_of({0: 2}), 5, "b")
+            await wait_delivered(collectors, produced)
+            await cluster.start_broker(1)
+            await wait_registered(zk, TOPIC, both)
+            await wait_converged(zk, "g", members, {TOPIC: both})
+            await producer.cluster.wait_for(lambda c: len(c.partitions(TOPIC)) == 4, 10)
+            produced += await produce(producer, TOPIC, partitions_of(both), 5, "c")
+            await wait_delivered(collectors, produced)
+            await asyncio.sleep(0.2)
+            assert delivered(collectors) == collections.Counter(produced)
+            for c in collectors:
+                assert_records_match_sources(c.records)
+        finally:
+            await asyncio.gather(*(m.close() for m in members))
+            for c in collectors:
+                await c.stop()
+
+
+# -- 6. auto_offset_reset ----------------------------------------------------------------------
+
+ONE_BY_TWO: dict[int, int] = {0: 2}
+
+
+@pytest.mark.parametrize("reset", ["smallest", "largest"])
+async def test_auto_offset_reset_without_committed_offsets(
+    kafka_cluster: Any, zookeeper: str, reset: str
+) -> None:
+    parts = partitions_of(ONE_BY_TWO)
+    async with (
+        kafka_cluster(1, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        old = await produce(producer, TOPIC, parts, 5, "old")
+        await wait_registered(zk, TOPIC, ONE_BY_TWO)
+        ends = await log_ends(cluster, TOPIC)
+        async with member(zookeeper, auto_offset_reset=reset, auto_commit=False) as consumer:
+            start = {name: 0 if reset == "smallest" else end for name, end in ends.items()}
+            assert {tp.name: consumer.position(tp) for tp in consumer.assignment()} == start
+            collector = Collector(consumer)
+            new = await produce(producer, TOPIC, parts, 3, "new")
+            await wait_delivered([collector], new)
+            await asyncio.sleep(0.1)
+            assert sorted(collector.values()) == sorted(old + new if reset == "smallest" else new)
+            await collector.stop()
+
+
+async def test_auto_offset_reset_error_raises_out_of_range_from_iteration(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    parts = partitions_of(ONE_BY_TWO)
+    async with (
+        kafka_cluster(1, num_partitions=2),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, parts, 5, "a")
+        await wait_registered(zk, TOPIC, ONE_BY_TWO)
+        # A committed offset past the log end: the broker answers OffsetOutOfRange.
+        await zk.write_persistent(f"/consumers/g/offsets/{TOPIC}/0-0", "1000000")
+        await zk.write_persistent(f"/consumers/g/offsets/{TOPIC}/0-1", "0")
+        async with member(zookeeper, auto_offset_reset="error", consumer_timeout_ms=5000) as c:
+            with pytest.raises(OffsetOutOfRangeError) as info:
+                async for _ in c:
+                    pass
+            assert info.value.offset == 1_000_000
+            # Nothing was reset: the bad offset stays where it was.
+            assert c.position(TopicPartition(TOPIC, 0, 0)) == 1_000_000
+            assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == "1000000"
+
+
+async def test_auto_offset_reset_error_without_offsets_fails_start_and_leaves_the_group(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    parts = partitions_of(ONE_BY_TWO)
+    async with (
+        kafka_cluster(1, num_partitions=2),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, parts, 5, "a")
+        await wait_registered(zk, TOPIC, ONE_BY_TWO)
+        tasks_before = asyncio.all_tasks()
+        with pytest.raises(OffsetOutOfRangeError):
+            async with member(zookeeper, auto_offset_reset="error"):
+                pass
+        # A member that could not start must not stay registered and own partitions
+        # (nobody else in the group could ever claim them).
+        assert await zk.get_children("/consumers/g/ids") == []
+        assert await owner_nodes(zk, "g", [TOPIC]) == {}
+        assert {t for t in asyncio.all_tasks() - tasks_before if not t.done()} == set()
+        async with member(zookeeper) as other:
+            await wait_converged(zk, "g", [other], {TOPIC: ONE_BY_TWO}, timeout=5)
+            collector = Collector(other)
+            await wait_delivered([collector], produced)
+            await collector.stop()
+
+
+# -- 7. compressed data, several streams, topic filters ----------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy"])
+async def test_compressed_data_carries_0_7_2_offsets(
+    kafka_cluster: Any, zookeeper: str, codec: str
+) -> None:
+    async with (
+        kafka_cluster(1, num_partitions=1) as cluster,
+        Producer(zookeeper=zookeeper, compression=codec, batch_size=5) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        values = await produce(producer, TOPIC, [(0, 0)], 40, "z", pad=20)
+        await wait_registered(zk, TOPIC, {0: 1})
+        (end,) = (await log_ends(cluster, TOPIC)).values()
+        async with member(zookeeper, auto_commit=False) as consumer:
+            got: list[ConsumerRecord] = []
+            while len(got) < len(values):
+                got.append(await asyncio.wait_for(consumer.getone(), 10))
+        assert [r.value for r in got] == values
+        # Inside a wrapper starting at S and ending at E: S, S, ..., S, E; the next
+        # wrapper starts at E.
+        wrappers: list[list[int]] = []  # indexes into got, one list per wrapper
+        wrapper_start, current = 0, []
+        for index, r in enumerate(got):
+            current.append(index)
+            if r.offset != wrapper_start:
+                assert r.offset > wrapper_start
+                wrappers.append(current)
+                wrapper_start, current = r.offset, []
+        assert current == []  # the last record ends a wrapper
+        assert wrapper_start == end
+        assert len(wrappers) < len(values)  # several messages share a wrapper
+        starts = [0] + [got[w[-1]].offset for w in wrappers[:-1]]
+        for start, indexes in zip(starts, wrappers, strict=True):
+            assert [got[i].offset for i in indexes[:-1]] == [start] * (len(indexes) - 1)
+        # Each wrapper start is a valid fetch position: fetching there gets its first
+        # message.
+        broker = cluster.broker(0)
+        async with SimpleConsumer(broker.host, broker.port) as simple:
+            for start, indexes in zip(starts, wrappers, strict=True):
+                result = await simple.fetch(TOPIC, 0, start)
+                assert result.messages[0].value == got[indexes[0]].value
+        # Closing committed the end of the last wrapper.
+        assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(end)
+
+        # Stopping inside a wrapper commits its start: the whole wrapper comes again.
+        number = next(n for n in range(1, len(wrappers)) if len(wrappers[n]) >= 3)
+        first = wrappers[number][0]
+        await zk.write_persistent(f"/consumers/g/offsets/{TOPIC}/0-0", "0")
+        async with member(zookeeper, auto_commit=False) as consumer:
+            for i in range(first + 2):  # up to the second message of that wrapper
+                assert (await asyncio.wait_for(consumer.getone(), 10)).value == values[i]
+            assert consumer.position(TopicPartition(TOPIC, 0, 0)) == starts[number] > 0
+        assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(starts[number])
+        async with member(zookeeper, auto_commit=False) as consumer:
+            again = [await asyncio.wait_for(consumer.getone(), 10) for _ in range(3)]
+            assert [r.value for r in again] == values[first : first + 3]
+
+
+async def test_streams_iterate_the_partitions_of_their_thread(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    registrations = {TOPIC: TWO_BY_THREE}
+    parts = partitions_of(TWO_BY_THREE)
+    async with (
+        kafka_cluster(2, num_partitions=3),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, parts, 5, "s")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        async with member(zookeeper, streams=2) as consumer:
+            assert len(consumer.streams) == 2
+            cid = consumer.consumer_id
+            assert await zk.get_data(f"/consumers/g/ids/{cid}") == '{ "events": 2 }'
+            await wait_converged(zk, "g", [consumer], registrations)
+            collectors = [Collector(stream) for stream in consumer.streams]
+            await wait_delivered(collectors, produced)
+            await asyncio.sleep(0.1)
+            assert delivered(collectors) == collections.Counter(produced)
+            plan = assign_group({cid: consumer.subscription}, registrations)[TOPIC]
+            for i, collector in enumerate(collectors):
+                names = {f"{r.broker_id}-{r.partition}" for r in collector.records}
+                assert names == set(plan[f"{cid}-{i}"])
+                assert len(names) == 3
+                assert_records_match_sources(collector.records)
+            for collector in collectors:
+                await collector.stop()
+
+
+async def test_whitelist_spreads_over_streams_and_picks_up_new_topics(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    async with (
+        kafka_cluster(1, num_partitions=2),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced: list[bytes] = []
+        for topic in ("wa", "wb", "other"):
+            produced += await produce(producer, topic, partitions_of(ONE_BY_TWO), 4, topic)
+            await wait_registered(zk, topic, ONE_BY_TWO)
+        async with member(zookeeper, whitelist="w.*", streams=2) as consumer:
+            cid = consumer.consumer_id
+            assert await zk.get_data(f"/consumers/g/ids/{cid}") == "*2*w.*"
+            registrations = {"wa": ONE_BY_TWO, "wb": ONE_BY_TWO}
+            await wait_converged(zk, "g", [consumer], registrations)
+            assert await zk.get_children("/consumers/g/owners") == ["wa", "wb"]
+            collectors = [Collector(stream) for stream in consumer.streams]
+            wanted = [v for v in produced if not v.startswith(b"other")]
+            await wait_delivered(collectors, wanted)
+            # KAFKA-550 fixed: each stream gets the partitions of its own thread id.
+            for i, collector in enumerate(collectors):
+                assert {(r.topic, r.broker_id, r.partition) for r in collector.records} == {
+                    ("wa", 0, i),
+                    ("wb", 0, i),
+                }
+            # A topic created later is picked up (watched /brokers/topics).
+            late = await produce(producer, "wc", partitions_of(ONE_BY_TWO), 4, "wc")
+            registrations["wc"] = ONE_BY_TWO
+            await wait_converged(zk, "g", [consumer], registrations)
+            await wait_delivered(collectors, late)
+            await asyncio.sleep(0.1)
+            counts = delivered(collectors)
+            assert counts == collections.Counter(wanted + late)
+            for collector in collectors:
+                await collector.stop()
+
+
+# -- 8. the consuming API, manual commits, rebalance listeners ---------------------------------
+
+
+async def test_getmany_getone_position_seek_and_manual_commit(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    tp0, tp1 = TopicPartition(TOPIC, 0, 0), TopicPartition(TOPIC, 0, 1)
+    async with (
+        kafka_cluster(1, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, partitions_of(ONE_BY_TWO), 10, "m")
+        await wait_registered(zk, TOPIC, ONE_BY_TWO)
+        ends = await log_ends(cluster, TOPIC)
+        per_partition = {p: [v for v in produced if source_of(v) == f"0-{p}"] for p in (0, 1)}
+        consumer = member(zookeeper, auto_commit=False, consumer_timeout_ms=300)
+        async with consumer:
+            assert consumer.assignment() == {tp0, tp1}
+            assert await consumer.committed(tp0) == 0  # the start, committed on claiming
+            first = await consumer.getone()
+            assert isinstance(first, ConsumerRecord)
+            batch = await consumer.getmany(timeout_ms=2000, max_records=5)
+            assert 1 <= sum(len(records) for records in batch.values()) <= 5
+            got = [first]
+            while True:
+                for tp, records in batch.items():
+                    assert all((r.topic, r.broker_id, r.partition) == tp for r in records)
+                    got += records
+                if len(got) >= len(produced):
+                    break
+                batch = await consumer.getmany(timeout_ms=5000)
+            assert sorted(r.value for r in got) == sorted(produced)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            assert await consumer.getmany(timeout_ms=150) == {}
+            assert loop.time() - started >= 0.14
+            for tp in (tp0, tp1):
+                last = [r for r in got if r.partition == tp.partition][-1]
+                assert consumer.position(tp) == last.offset == ends[tp.name]
+
+            # Commit one chosen partition only.
+            await consumer.commit([tp0])
+            assert await consumer.committed(tp0) == ends["0-0"]
+            assert await consumer.committed(tp1) == 0
+            assert await committed_offsets(zk, "g", TOPIC) == {"0-0": str(ends["0-0"]), "0-1": "0"}
+
+            # seek: to the next offset of the second message, then to the start.
+            second = [r for r in got if r.partition == 0][1]
+            consumer.seek(tp0, second.offset)
+            assert consumer.position(tp0) == second.offset
+            assert (await consumer.getone()).value == per_partition[0][2]
+            consumer.seek(tp0, 0)
+            assert consumer.position(tp0) == 0
+            started = loop.time()
+            rest = [r async for r in consumer]  # ends after consumer_timeout_ms of silence
+            assert loop.time() - started >= 0.29
+            assert [r.value for r in rest] == per_partition[0]
+            assert consumer.position(tp0) == ends["0-0"]
+            with pytest.raises(KafkaError):
+                consumer.seek(TopicPartition(TOPIC, 7, 0), 0)
+        # close() committed every position.
+        offsets = await committed_offsets(zk, "g", TOPIC)
+        assert offsets == {name: str(end) for name, end in ends.items()}
+
+
+async def test_commit_racing_consumption_does_not_lose_progress(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    tp = TopicPartition(TOPIC, 0, 0)
+    async with (
+        kafka_cluster(1, num_partitions=1) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, [(0, 0)], 10, "r")
+        await wait_registered(zk, TOPIC, {0: 1})
+        (end,) = (await log_ends(cluster, TOPIC)).values()
+        async with member(zookeeper, auto_commit=False) as consumer:
+            first = await consumer.getone()
+            commit = asyncio.create_task(consumer.commit())  # writes first.offset ...
+            await asyncio.sleep(0)  # ... and waits for ZooKeeper's answer
+            rest = await consumer.getmany(timeout_ms=5000)  # meanwhile, consume the rest
+            await commit
+            assert [first.value] + [r.value for r in rest[tp]] == produced
+            assert consumer.position(tp) == end
+            await consumer.commit()
+            assert await consumer.committed(tp) == end
+        assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(end)
+
+
+async def test_records_handed_out_while_closing_are_committed(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """Whatever a stream hands out until its iterator ends is covered by close()'s commit
+    (0.7.2 clears the queues before committing), so the next owner does not get it again."""
+    tp = TopicPartition(TOPIC, 0, 0)
+    async with (
+        kafka_cluster(1, num_partitions=1),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, [(0, 0)], 200, "x")
+        await wait_registered(zk, TOPIC, {0: 1})
+        consumer = member(zookeeper, auto_commit=False, fetch_size=300)  # ~10 per chunk
+        await consumer.start()
+        handed_out = [await consumer.getone()]
+        await eventually(lambda: consumer.streams[0].buffered_bytes > 4000)  # most of it
+        closing = asyncio.create_task(consumer.close())
+        while not closing.done():  # an application task still iterating meanwhile
+            record = consumer.streams[0].next_nowait()
+            if record is not None:
+                handed_out.append(record)
+            await asyncio.sleep(0)
+        await closing
+        assert [r.value for r in handed_out] == produced[: len(handed_out)]
+        committed = int(await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") or -1)
+        assert committed == handed_out[-1].offset == consumer.position(tp)
+        # The next member starts right after the last record handed out.
+        if len(handed_out) < len(produced):
+            async with member(zookeeper) as successor:
+                following = await asyncio.wait_for(successor.getone(), 10)
+                assert following.value == produced[len(handed_out)]
+
+
+class RecordingListener:
+    """Records the sets it is told about; each callback awaits before recording."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, set[TopicPartition]]] = []
+        self.consumer: Consumer | None = None
+        self.owned_during_revoke: list[set[TopicPartition]] = []
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        assert self.consumer is not None
+        self.owned_during_revoke.append(self.consumer.assignment())
+        await asyncio.sleep(0.05)
+        self.events.append(("revoked", revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await asyncio.sleep(0.05)
+        self.events.append(("assigned", assigned))
+
+
+async def test_rebalance_listener_is_awaited_with_revoked_and_assigned_sets(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    registrations = {TOPIC: TWO_BY_THREE}
+    everything = {TopicPartition(TOPIC, b, p) for b, p in partitions_of(TWO_BY_THREE)}
+    async with (
+        kafka_cluster(2, num_partitions=3),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, partitions_of(TWO_BY_THREE), 1, "l")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        listener = RecordingListener()
+        first = member(zookeeper, listener=listener)
+        listener.consumer = first
+        async with first:
+            # start() returned after the first rebalance, listener included.
+            assert listener.events == [("assigned", everything)]
+            async with member(zookeeper) as second:
+                await wait_converged(zk, "g", [first, second], registrations)
+                await eventually(lambda: len(listener.events) == 2)
+                assert listener.events[1] == ("revoked", second.assignment())
+                assert listener.owned_during_revoke == [everything]  # still owned meanwhile
+                moved = second.assignment()
+                assert first.assignment() == everything - moved
+            await wait_converged(zk, "g", [first], registrations)
+            await eventually(lambda: len(listener.events) == 3)
+            assert listener.events[2] == ("assigned", moved)
+
+
+# -- 9. bounded prefetch -------------------------------------------------------------------------
+
+
+async def test_prefetch_is_bounded_while_nothing_is_consumed(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    limit, fetch_size = 4096, 1024
+    async with (
+        kafka_cluster(1, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, partitions_of(ONE_BY_TWO), 400, "p", pad=80)
+        await wait_registered(zk, TOPIC, ONE_BY_TWO)
+        backlog = sum((await log_ends(cluster, TOPIC)).values())
+        assert backlog > 15 * limit
+        async with member(
+            zookeeper, max_prefetch_bytes=limit, fetch_size=fetch_size, streams=2
+        ) as consumer:
+            # One partition per stream here; the bound is per stream (README).
+            assert [
+                len({o.tp for o in consumer._owned.values() if o.stream is s})
+                for s in consumer.streams
+            ] == [1, 1]
+
+            def buffered() -> list[int]:
+                return [stream.buffered_bytes for stream in consumer.streams]
+
+            await eventually(lambda: min(buffered()) >= limit)
+            peaks = [0, 0]
+            for _ in range(30):  # 0.3 s of fetch loops that find no room
+                peaks = [max(a, b) for a, b in zip(peaks, buffered(), strict=True)]
+                await asyncio.sleep(0.01)
+            # At most one more fetch of the stream's partition once the limit is reached.
+            assert all(limit <= peak <= limit + fetch_size for peak in peaks), peaks
+            got: list[bytes] = []
+            while len(got) < len(produced):
+                for records in (await consumer.getmany(timeout_ms=5000, max_records=50)).values():
+                    got += [r.value for r in records]
+                assert max(buffered()) <= limit + fetch_size
+        assert sorted(got) == sorted(produced)
+
+
+# -- 10. close -------------------------------------------------------------------------------------
+
+
+async def test_close_leaves_no_task_and_no_znode_and_commits(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    async with (
+        kafka_cluster(2, num_partitions=3) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, partitions_of(TWO_BY_THREE), 5, "c")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        tasks_before = asyncio.all_tasks()
+        consumer = member(zookeeper, auto_commit=False, streams=2)
+        await consumer.start()
+        collectors = [Collector(stream) for stream in consumer.streams]
+        whole = Collector(consumer)  # the consumer's own iterator, too
+        await wait_delivered([*collectors, whole], produced)
+        assert await zk.get_children("/consumers/g/ids") == [consumer.consumer_id]
+        await consumer.close()
+        # Iterators end; no task of the consumer (or of its ZooKeeper client) is left.
+        for collector in [*collectors, whole]:
+            await asyncio.wait_for(collector.task, 2)
+        leftover = {t for t in asyncio.all_tasks() - tasks_before if not t.done()}
+        assert leftover == set()
+        assert await zk.get_children("/consumers/g/ids") == []
+        assert await zk.get_children(f"/consumers/g/owners/{TOPIC}") == []
+        offsets = await committed_offsets(zk, "g", TOPIC)
+        assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+        await consumer.close()  # twice is fine
+
+
+# -- a member in another process, killed ----------------------------------------------------------
+
+MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
+
+
+async def test_killed_member_process_is_taken_over(
+    kafka_cluster: Any, zookeeper: str, tmp_path: Path
+) -> None:
+    registrations = {TOPIC: TWO_BY_THREE}
+    parts = partitions_of(TWO_BY_THREE)
+    async with (
+        kafka_cluster(2, num_partitions=3),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, parts, 10, "a")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        local = member(zookeeper)
+        await local.start()
+        collector = Collector(local)
+        stderr = (tmp_path / "member.err").open("wb")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(MEMBER_SCRIPT),
+            zookeeper,
+            "g",
+            TOPIC,
+            "--session-timeout-ms",
+            "1000",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+        )
+        remote: list[bytes] = []
+        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def read() -> None:
+            assert proc.stdout is not None
+            async for line in proc.stdout:
+                kind, _, rest = line.rstrip(b"\n").partition(b" ")
+                if kind == b"ready":
+                    ready.set_result(rest.decode())
+                elif kind == b"record":
+                    remote.append(rest)
+
+        reader = asyncio.create_task(read())
+
+        def counts() -> collections.Counter[bytes]:
+            return delivered([collector], remote)
+
+        try:
+            try:
+                remote_id = await asyncio.wait_for(asyncio.shield(ready), 20)
+            except asyncio.TimeoutError:
+                raise AssertionError((tmp_path / "member.err").read_text()) from None
+
+            async def converged_with_remote() -> bool:
+                ids = sorted(await zk.get_children("/consumers/g/ids"))
+                if ids != sorted([local.consumer_id, remote_id]):
+                    return False
+                remote_subscription = local.subscription  # same topic map, one stream
+                plan = assign_group(
+                    {local.consumer_id: local.subscription, remote_id: remote_subscription},
+                    registrations,
+                )[TOPIC]
+                wanted = {(TOPIC, name): thread for thread, names in plan.items() for name in names}
+                mine = {tp.name for tp in local.assignment()}
+                return await owner_nodes(zk, "g", [TOPIC]) == wanted and mine == set(
+                    plan[f"{local.consumer_id}-0"]
+                )
+
+            await eventually(converged_with_remote, 15)
+            remote_partitions = set(parts_names(parts)) - {tp.name for tp in local.assignment()}
+            assert len(remote_partitions) == 3
+            await eventually(lambda: set(produced) <= set(counts()), 15)
+            produced += await produce(producer, TOPIC, parts, 30, "b")
+            await eventually(lambda: any(v.startswith(b"b:") for v in remote), 15)
+            proc.kill()  # SIGKILL: no commit, no release; the session expires after 1 s
+            assert await proc.wait() == -signal.SIGKILL
+            await wait_converged(zk, "g", [local], registrations)
+            produced += await produce(producer, TOPIC, parts, 5, "c")
+            await eventually(lambda: set(produced) <= set(counts()), 15)
+            await asyncio.sleep(0.1)
+            total = counts()
+            assert set(total) == set(produced)  # at least once
+            duplicated = {v for v, n in total.items() if n > 1}
+            assert {source_of(v) for v in duplicated} <= remote_partitions
+            assert all(total[v] == 2 for v in duplicated)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            stderr.close()
+            await local.close()
+            await collector.stop()
+
+
+def parts_names(parts: Iterable[tuple[int, int]]) -> list[str]:
+    return [f"{b}-{p}" for b, p in parts]
