@@ -1251,3 +1251,43 @@ async def test_killed_member_process_is_taken_over(
 
 def parts_names(parts: Iterable[tuple[int, int]]) -> list[str]:
     return [f"{b}-{p}" for b, p in parts]
+
+
+async def test_eight_members_converge_and_deliver_exactly_once(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """The largest group the issue asks for: 8 members over 2 brokers x 6 partitions (the
+    first four in thread-id order get 2 partitions, the others 1), then 3 leave at once."""
+    layout = {0: 6, 1: 6}
+    registrations = {TOPIC: layout}
+    parts = partitions_of(layout)
+    async with (
+        kafka_cluster(2, num_partitions=6),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, parts, 5, "e")
+        await wait_registered(zk, TOPIC, layout)
+        members = [member(zookeeper) for _ in range(8)]
+        await asyncio.gather(*(m.start() for m in members))
+        collectors = [Collector(m) for m in members]
+        sampler = OwnershipSampler(zk, "g", TOPIC, members)
+        try:
+            await wait_converged(zk, "g", members, registrations)
+            assert sorted(len(m.assignment()) for m in members) == [1] * 4 + [2] * 4
+            await wait_delivered(collectors, produced)
+            leaving = members[:3]
+            await asyncio.gather(*(m.close() for m in leaving))
+            for m in leaving:
+                members.remove(m)
+            produced += await produce(producer, TOPIC, parts, 5, "f")
+            await wait_converged(zk, "g", members, registrations)
+            await wait_delivered(collectors, produced)
+            await asyncio.sleep(0.2)
+            assert delivered(collectors) == collections.Counter(produced)
+            assert sampler.violations == []
+        finally:
+            await sampler.stop()
+            await asyncio.gather(*(m.close() for m in members))
+            for c in collectors:
+                await c.stop()
