@@ -10,7 +10,7 @@
 
       async def test_something(kafka_cluster):
           async with kafka_cluster(2, num_partitions=4) as cluster:
-              ...
+              assert len(cluster.running) == 2
 """
 
 from __future__ import annotations
