@@ -4,13 +4,14 @@ implementations (the C accelerator and its pure-Python twin)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from aiokafka07.protocol import _accel, _pure
+from aiokafka07.testing import KafkaCluster
 
 settings.register_profile(
     "default",
@@ -49,3 +50,10 @@ def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
         yield request.param
     finally:
         _accel.impl = saved
+
+
+@pytest.fixture
+async def cluster(kafka_cluster: Callable[..., KafkaCluster]) -> AsyncIterator[KafkaCluster]:
+    """One standalone broker (no ZooKeeper) with two partitions per topic."""
+    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as running:
+        yield running

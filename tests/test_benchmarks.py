@@ -7,19 +7,25 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_codec.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def test_codec_benchmark_reports_every_figure() -> None:
+def run_json(script: str, *args: str) -> Any:
+    """Run a benchmark script with ``--json`` and return its figures."""
     result = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json"],
+        [sys.executable, str(BENCHMARKS / script), *args, "--json"],
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
     )
-    figures = json.loads(result.stdout)
+    return json.loads(result.stdout)
+
+
+def test_codec_benchmark_reports_every_figure() -> None:
+    figures = run_json("bench_codec.py", "--quick")
     assert figures["workload"]["payload_bytes"] == 100
     for op in ("decode", "encode"):
         ours = [v for k, v in figures[op].items() if k.startswith("ours_")]
@@ -31,30 +37,14 @@ def test_codec_benchmark_reports_every_figure() -> None:
 
 
 def test_broker_benchmark_reports_ingest_and_serve_rates() -> None:
-    bench = BENCH.parent / "bench_broker.py"
-    result = subprocess.run(
-        [sys.executable, str(bench), "--messages", "40000", "--connections", "2", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    figures = json.loads(result.stdout)
+    figures = run_json("bench_broker.py", "--messages", "40000", "--connections", "2")
     for name in ("ingest_none", "ingest_snappy", "serve"):
         assert figures[name]["messages_per_s"] > 0
         assert figures[name]["wire_mb_per_s"] > 0
 
 
 def test_consumer_benchmark_reports_iteration_and_request_rates() -> None:
-    bench = BENCH.parent / "bench_consumer.py"
-    result = subprocess.run(
-        [sys.executable, str(bench), "--messages", "50000", "--requests", "500", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    figures = json.loads(result.stdout)
+    figures = run_json("bench_consumer.py", "--messages", "50000", "--requests", "500")
     assert figures["messages"] == 50000
     assert figures["messages_iter"]["messages_per_s"] > 0
     assert figures["batches_iter"]["messages_per_s"] > 0
@@ -63,30 +53,14 @@ def test_consumer_benchmark_reports_iteration_and_request_rates() -> None:
 
 
 def test_producer_benchmark_reports_every_codec() -> None:
-    bench = BENCH.parent / "bench_producer.py"
-    result = subprocess.run(
-        [sys.executable, str(bench), "--messages", "20000", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    figures = json.loads(result.stdout)
+    figures = run_json("bench_producer.py", "--messages", "20000")
     runs = {(r["codec"], r["confirm"]): r for r in figures["runs"]}
     assert set(runs) == {("none", True), ("gzip", True), ("snappy", True), ("none", False)}
     assert all(r["messages_per_s"] > 0 for r in runs.values())
 
 
 def test_group_benchmark_reports_throughput_memory_and_convergence() -> None:
-    bench = BENCH.parent / "bench_group.py"
-    result = subprocess.run(
-        [sys.executable, str(bench), "--messages", "40000", "--memory-mb", "10", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    figures = json.loads(result.stdout)
+    figures = run_json("bench_group.py", "--messages", "40000", "--memory-mb", "10")
     for codec in ("none", "gzip", "snappy"):
         assert figures[codec]["messages_per_s"] > 0
     assert figures["memory"]["backlog_mb"] == 10

@@ -10,7 +10,7 @@ import random
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -49,20 +49,9 @@ from aiokafka07.protocol import (
 from aiokafka07.testing import KafkaCluster
 
 from .garbage_server import GarbageServer, Reply, frame
-from .wire import eventually
+from .wire import address_of, eventually
 
 Factory = Callable[..., KafkaCluster]
-
-
-@pytest.fixture
-async def cluster(kafka_cluster: Factory) -> AsyncIterator[KafkaCluster]:
-    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as running:
-        yield running
-
-
-def address_of(cluster: KafkaCluster, broker_id: int = 0) -> BrokerAddress:
-    broker = cluster.broker(broker_id)
-    return BrokerAddress(broker_id, broker.host, broker.port)
 
 
 async def connect(cluster: KafkaCluster, **options: Any) -> BrokerConnection:

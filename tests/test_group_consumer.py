@@ -200,6 +200,19 @@ async def wait_converged(
         await asyncio.sleep(0.02)
 
 
+async def leave(members: Sequence[Consumer], collectors: Iterable[Collector]) -> None:
+    """Close every member, then stop every collector (the usual test teardown)."""
+    await asyncio.gather(*(m.close() for m in members))
+    for c in collectors:
+        await c.stop()
+
+
+async def assert_committed_at_log_ends(zk: ZooKeeper, cluster: KafkaCluster) -> None:
+    """Everything was consumed and committed: the group's offsets are the log ends."""
+    offsets = await committed_offsets(zk, "g", TOPIC)
+    assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+
+
 class Collector:
     """Drains an async iterator of records in a task of its own."""
 
@@ -429,9 +442,7 @@ async def test_group_converges_and_delivers_exactly_once(
                     last = [r for r in c.records if (r.broker_id, r.partition) == tp[1:]][-1]
                     assert m.position(tp) == last.offset
         finally:
-            await asyncio.gather(*(m.close() for m in members))
-            for c in collectors:
-                await c.stop()
+            await leave(members, collectors)
         # Leaving committed the next offsets = the log ends, and removed every ephemeral.
         ends = await log_ends(cluster, TOPIC)
         offsets = await committed_offsets(zk, "g", TOPIC)
@@ -499,11 +510,8 @@ async def test_joins_and_leaves_converge_without_loss_or_duplicates(
             assert sampler.violations == []
         finally:
             await sampler.stop()
-            await asyncio.gather(*(m.close() for m in members))
-            for c in collectors:
-                await c.stop()
-        offsets = await committed_offsets(zk, "g", TOPIC)
-        assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+            await leave(members, collectors)
+        await assert_committed_at_log_ends(zk, cluster)
 
 
 # -- 3. a member crashes ----------------------------------------------------------------------
@@ -603,8 +611,7 @@ async def test_session_expiry_reregisters_and_keeps_committed_progress(
             assert sorted(collector.values()) == sorted(first + second)  # no redelivery
             assert_records_match_sources(collector.records)
             await collector.stop()
-        offsets = await committed_offsets(zk, "g", TOPIC)
-        assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+        await assert_committed_at_log_ends(zk, cluster)
 
 
 async def test_session_expiry_in_a_group_loses_nothing(
@@ -641,11 +648,8 @@ async def test_session_expiry_in_a_group_loses_nothing(
             for c in collectors:
                 assert_records_match_sources(c.records)
         finally:
-            await asyncio.gather(*(m.close() for m in members))
-            for c in collectors:
-                await c.stop()
-        offsets = await committed_offsets(zk, "g", TOPIC)
-        assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+            await leave(members, collectors)
+        await assert_committed_at_log_ends(zk, cluster)
 
 
 # -- 5. a broker stops and comes back ---------------------------------------------------------
@@ -685,9 +689,7 @@ async def test_stopped_broker_partitions_leave_and_return(
             for c in collectors:
                 assert_records_match_sources(c.records)
         finally:
-            await asyncio.gather(*(m.close() for m in members))
-            for c in collectors:
-                await c.stop()
+            await leave(members, collectors)
 
 
 # -- 6. auto_offset_reset ----------------------------------------------------------------------
@@ -1145,8 +1147,7 @@ async def test_close_leaves_no_task_and_no_znode_and_commits(
         assert leftover == set()
         assert await zk.get_children("/consumers/g/ids") == []
         assert await zk.get_children(f"/consumers/g/owners/{TOPIC}") == []
-        offsets = await committed_offsets(zk, "g", TOPIC)
-        assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
+        await assert_committed_at_log_ends(zk, cluster)
         await consumer.close()  # twice is fine
 
 
@@ -1288,6 +1289,4 @@ async def test_eight_members_converge_and_deliver_exactly_once(
             assert sampler.violations == []
         finally:
             await sampler.stop()
-            await asyncio.gather(*(m.close() for m in members))
-            for c in collectors:
-                await c.stop()
+            await leave(members, collectors)

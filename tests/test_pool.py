@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,20 +18,9 @@ from aiokafka07.protocol import LATEST, encode_offsets_response, entry_size
 from aiokafka07.testing import KafkaCluster
 
 from .garbage_server import GarbageServer, Reply
-from .wire import eventually
+from .wire import address_of, eventually
 
 Factory = Callable[..., KafkaCluster]
-
-
-@pytest.fixture
-async def cluster(kafka_cluster: Factory) -> AsyncIterator[KafkaCluster]:
-    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as running:
-        yield running
-
-
-def address_of(cluster: KafkaCluster, broker_id: int = 0) -> BrokerAddress:
-    broker = cluster.broker(broker_id)
-    return BrokerAddress(broker_id, broker.host, broker.port)
 
 
 def client_tasks(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:

@@ -8,9 +8,17 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from aiokafka07.connection import BrokerAddress
 from aiokafka07.protocol import FrameSplitter, encode_offsets_request
+from aiokafka07.testing import KafkaCluster
 
 EOF_MARK = b"<eof>"
+
+
+def address_of(cluster: KafkaCluster, broker_id: int = 0) -> BrokerAddress:
+    """Where a broker of an embedded cluster listens."""
+    broker = cluster.broker(broker_id)
+    return BrokerAddress(broker_id, broker.host, broker.port)
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:

@@ -160,7 +160,7 @@ class Broker:
         """Flush every log now, making all appended data visible to fetches (tests use
         this instead of waiting for the periodic flusher)."""
         if self.logs is not None:
-            await asyncio.to_thread(_flush_all, self.logs.all_logs())
+            await asyncio.to_thread(self.logs.flush_all)
 
     async def crash(self) -> None:
         """Crash-like shutdown for fault tests: sockets dropped mid-stream, logs not
@@ -260,9 +260,7 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             assert self.logs is not None
-            due = self.logs.due_for_flush(int(time.time() * 1000))
-            if due:
-                await asyncio.to_thread(_flush_all, due)
+            await asyncio.to_thread(self.logs.flush_due, int(time.time() * 1000))
 
     async def _retention(self) -> None:
         await asyncio.sleep(self.config.log_cleanup_initial_delay_s)
@@ -428,8 +426,3 @@ class Broker:
         except ProtocolError as exc:
             raise _Close(f"invalid compressed message set: {exc}") from exc
         return shallow.valid_bytes, len(deep.messages)
-
-
-def _flush_all(logs: list[Any]) -> None:
-    for partition_log in logs:
-        partition_log.flush()
