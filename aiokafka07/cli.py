@@ -1,128 +1,190 @@
 """Console tools: ``aiokafka07 <command>`` (also ``python -m aiokafka07 <command>``).
 
-Commands:
+A thin dispatcher. :data:`COMMANDS` maps each command to the module implementing it,
+imported only when that command runs (so ``aiokafka07 --help`` and every command start
+fast). A command module provides:
 
-``broker``  run an embedded Kafka 0.7.2-compatible broker until Ctrl-C / SIGTERM.
+``configure(parser)``
+    add its arguments (and description) to an :class:`argparse.ArgumentParser`;
+``run(args) -> int``
+    do the work and return the exit status; a coroutine function runs under
+    :func:`asyncio.run`;
+``LOG_LEVEL`` (optional)
+    its default logging level (WARNING when absent).
 
-Errors print one clear line and exit non-zero; ``--debug`` shows tracebacks.
+What every command gets from here: ``--debug`` (tracebacks and DEBUG logs, before or after
+the command name); ``--verbose`` (the library's warnings about retries and reconnections,
+otherwise kept quiet so that a failure reads as one line); errors as one line
+``aiokafka07 <command>: error: ...`` with exit status 1 (2 for bad arguments, from
+argparse); aiozk's connection noise silenced; and Ctrl-C / SIGTERM turned into a
+cancellation of the running command, so its clean-up (flush, commit, leave the group)
+runs. A command that treats being stopped as its normal end catches the cancellation and
+returns 0; otherwise the status is 128 + the signal number (130 for Ctrl-C). A second
+Ctrl-C during the clean-up exits at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import inspect
 import logging
+import os
 import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from .broker import Broker, BrokerConfig
-from .broker.config import parse_properties
-from .errors import KafkaError
+__all__ = ["COMMANDS", "main"]
 
-__all__ = ["main"]
+#: Command name → (module, one-line help). Adding a command is adding a line here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "produce": ("aiokafka07.tools.produce", "send lines or length-prefixed records to a topic"),
+    "consume": ("aiokafka07.tools.consume", "print messages, as a group member or by partition"),
+    "offsets": ("aiokafka07.tools.offsets", "offsets before a time for each partition of a topic"),
+    "groups": ("aiokafka07.tools.groups", "list consumer groups; describe owners, offsets, lag"),
+    "export-offsets": ("aiokafka07.tools.export_offsets", "save a group's offsets as JSON"),
+    "import-offsets": ("aiokafka07.tools.import_offsets", "set a group's offsets from a file"),
+    "mirror": ("aiokafka07.tools.mirror", "copy topics to another cluster, compressed sets kept"),
+    "dump-log": ("aiokafka07.tools.dump_log", "decode and check 0.7 log segment files"),
+    "broker": ("aiokafka07.tools.broker", "run an embedded Kafka 0.7.2-compatible broker"),
+}
+
+PROG = "aiokafka07"
 
 
-def _broker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "broker",
-        help="run an embedded Kafka 0.7.2-compatible broker",
-        description="Run an embedded broker that speaks the Kafka 0.7.2 protocol, stores logs "
-        "as 0.7.2 does and registers in ZooKeeper. Options override --config; "
-        "--set takes any 0.7.2 server.properties key.",
+def _top_parser() -> argparse.ArgumentParser:
+    listing = "\n".join(f"  {name:<16}{help_}" for name, (_, help_) in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        usage=f"{PROG} [--debug] COMMAND [ARGS...]",
+        description="Tools for Apache Kafka 0.7 clusters.",
+        epilog=f"commands:\n{listing}\n\n'{PROG} COMMAND --help' describes a command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", type=Path, help="a 0.7.2 server.properties file")
-    p.add_argument("--broker-id", type=int, help="brokerid (default 0)")
-    p.add_argument("--port", type=int, help="port to listen on (0 picks a free one; default 6667)")
-    p.add_argument("--hostname", help="address to bind and register (default 127.0.0.1)")
-    p.add_argument("--log-dir", type=Path, help="log.dir: where partition logs live")
-    p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="zk.connect")
-    p.add_argument(
-        "--no-zookeeper", action="store_true", help="run standalone (enable.zookeeper=false)"
-    )
-    p.add_argument("--partitions", type=int, help="num.partitions (default 1)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any server.properties key, e.g. --set log.flush.interval=1",
-    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("command", metavar="COMMAND", choices=list(COMMANDS), help="see below")
+    return parser
 
 
-def _broker_config(args: argparse.Namespace) -> BrokerConfig:
-    properties: dict[str, str] = {}
-    if args.config is not None:
-        properties.update(parse_properties(args.config.read_text()))
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"--set {item!r} is not KEY=VALUE")
-        properties[key.strip()] = value.strip()
-    for key, value in (
-        ("brokerid", args.broker_id),
-        ("port", args.port),
-        ("hostname", args.hostname),
-        ("log.dir", args.log_dir),
-        ("zk.connect", args.zookeeper),
-        ("num.partitions", args.partitions),
-    ):
-        if value is not None:
-            properties[key] = str(value)
-    if args.no_zookeeper:
-        properties["enable.zookeeper"] = "false"
-    properties.setdefault("brokerid", "0")
-    if "log.dir" not in properties:
-        raise ValueError("--log-dir (log.dir) is required")
-    if properties.get("enable.zookeeper", "true") == "true" and "zk.connect" not in properties:
-        raise ValueError("--zookeeper (zk.connect) is required unless --no-zookeeper is given")
-    return BrokerConfig.from_properties(properties)
+def _version() -> str:
+    from . import __version__
+
+    return __version__
 
 
-async def _run_broker(config: BrokerConfig) -> None:
-    broker = Broker(config)
-    await broker.start()
-    print(
-        f"broker {broker.broker_id} listening on {broker.host}:{broker.port} "
-        f"(log.dir {config.log_dir})",
-        flush=True,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await broker.stop()
-        print(f"broker {broker.broker_id} stopped", flush=True)
+class _Formatter(logging.Formatter):
+    """``aiokafka07 consume: warning: ...``: log lines that look like the tool's own."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.command = command
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{PROG} {self.command}: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _configure_logging(command: str, debug: bool, verbose: bool, level: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if debug or level <= logging.INFO:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(_Formatter(command))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else level)
+    if not (debug or verbose) and level > logging.INFO:
+        # The library warns about every retry; the tool reports the outcome itself.
+        logging.getLogger("aiokafka07").setLevel(logging.ERROR)
+        logging.getLogger("aiokafka07.tools").setLevel(level)
+    if not debug:
+        # aiozk logs tracebacks for every failed connection attempt; our ZooKeeper layer
+        # reports connection trouble and expiry in one line of its own.
+        logging.getLogger("aiozk").setLevel(logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console tools; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="aiokafka07", description="Tools for Apache Kafka 0.7 clusters."
-    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Options before the command belong to aiokafka07 itself, the rest to the command.
+    split = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), len(argv))
+    top = _top_parser().parse_args(argv[: split + 1])
+    name: str = top.command
+    module: Any = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=COMMANDS[name][1])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _broker_parser(sub)
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show the library's warnings (retries)"
     )
-    if not args.debug:
-        # aiozk logs tracebacks for every failed connection attempt; our ZooKeeper layer
-        # reports connection trouble and expiry in one line of its own.
-        logging.getLogger("aiozk").setLevel(logging.CRITICAL)
+    module.configure(parser)
+    args = parser.parse_args(argv[split + 1 :])
+    args.debug = args.debug or top.debug
+    args.command = name
+    level = getattr(module, "LOG_LEVEL", logging.WARNING)
+    _configure_logging(name, args.debug, args.verbose, level)
+    return _run(name, module.run, args)
+
+
+def _run(name: str, run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
     try:
-        if args.command == "broker":
-            asyncio.run(_run_broker(_broker_config(args)))
-    except (KafkaError, ValueError, OSError) as exc:
+        if inspect.iscoroutinefunction(run):
+            return asyncio.run(_supervise(name, run, args))
+        return int(run(args))
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except BrokenPipeError:
+        # The reader of our output went away (``| head``): a normal way to stop.
+        from .tools.common import silence_stdout
+
+        silence_stdout()
+        return 0
+    except Exception as exc:
         if args.debug:
-            raise
-        print(f"aiokafka07 {args.command}: error: {exc}", file=sys.stderr)
+            traceback.print_exc()
+        print(f"{PROG} {name}: error: {_describe(exc)}", file=sys.stderr, flush=True)
         return 1
-    return 0
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error: its message, or for an unexpected kind its type too."""
+    from .errors import KafkaError
+    from .tools.common import CommandError
+
+    text = " ".join(str(exc).split()).rstrip(" :") or type(exc).__name__
+    if isinstance(exc, (CommandError, KafkaError, ValueError, OSError, TimeoutError)):
+        return text
+    return f"unexpected {type(exc).__name__}: {text} (--debug shows the traceback)"
+
+
+async def _supervise(
+    name: str, run: Callable[[argparse.Namespace], Awaitable[int]], args: argparse.Namespace
+) -> int:
+    """Run a command; the first Ctrl-C / SIGTERM cancels it, a second one exits at once."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if received:
+            print(f"{PROG} {name}: stopped again: exiting without clean-up", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        received.append(signum)
+        task.cancel()
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return int(await run(args))
+    except asyncio.CancelledError:
+        if received:
+            return 128 + received[0]
+        raise
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)

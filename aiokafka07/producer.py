@@ -29,12 +29,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .cluster import Cluster, cluster_from
 from .connection import MAX_MESSAGE_SIZE
@@ -52,10 +53,10 @@ from .errors import (
 )
 from .partitioner import default_partition
 from .pool import ConnectionPool
-from .protocol import Compression, encode_message_set, encode_wrapper, validate_topic
+from .protocol import Compression, _accel, encode_message_set, encode_wrapper, validate_topic
 from .protocol.messages import entry_size
 
-__all__ = ["ProduceResult", "Producer", "ProducerMetrics"]
+__all__ = ["EncodedMessage", "ProduceResult", "Producer", "ProducerMetrics"]
 
 log = logging.getLogger("aiokafka07.producer")
 
@@ -85,8 +86,23 @@ class ProducerMetrics:
     queued_bytes: int = 0
 
 
+class EncodedMessage(Protocol):
+    """A message as a consumer hands it out (:class:`~aiokafka07.protocol.Message`,
+    :class:`~aiokafka07.records.ConsumerRecord`): what :meth:`Producer.send_message`
+    sends on unchanged."""
+
+    @property
+    def value(self) -> bytes: ...
+
+    @property
+    def magic(self) -> int: ...
+
+    @property
+    def attributes(self) -> int: ...
+
+
 class _Message:
-    __slots__ = ("attempts", "future", "isolate", "key", "partition", "topic", "value")
+    __slots__ = ("attempts", "future", "isolate", "key", "partition", "raw", "topic", "value")
 
     def __init__(
         self,
@@ -95,9 +111,12 @@ class _Message:
         key: Any,
         partition: tuple[int, int] | None,
         future: asyncio.Future[ProduceResult],
+        raw: bool = False,
     ) -> None:
         self.topic = topic
+        # The payload, or with ``raw`` a whole encoded entry to send as it is.
         self.value = value
+        self.raw = raw
         self.key = key
         self.partition = partition
         self.future = future
@@ -108,7 +127,7 @@ class _Message:
 
 
 class _Batch:
-    __slots__ = ("created", "isolated", "messages", "partition", "size", "topic")
+    __slots__ = ("created", "isolated", "messages", "partition", "raw", "size", "topic")
 
     def __init__(self, topic: str, partition: int, isolated: bool = False) -> None:
         self.topic = topic
@@ -116,6 +135,7 @@ class _Batch:
         self.isolated = isolated
         self.messages: list[_Message] = []
         self.size = 0
+        self.raw = False  # holds entries encoded already (send_message)
         self.created = time.monotonic()
 
 
@@ -130,6 +150,10 @@ class _BrokerQueue:
         self.wakeup = asyncio.Event()
         self.sender: asyncio.Task[None] | None = None
         self.in_flight: set[asyncio.Task[None]] = set()
+        # Requests take turns to get the connection and write, in the order they were
+        # started, so batches of one partition reach the broker in order (a request that
+        # must wait for the connection to open must not be overtaken by a later one).
+        self.turn = asyncio.Lock()
 
     def __bool__(self) -> bool:
         return bool(self.open or self.ready)
@@ -144,6 +168,7 @@ class _BrokerQueue:
                 self.wakeup.set()  # the sender starts the linger clock
         batch.messages.append(message)
         batch.size += len(message.value)
+        batch.raw |= message.raw
         if len(batch.messages) >= max_messages or batch.size >= max_bytes:
             del self.open[key]
             self.ready.append(batch)
@@ -368,6 +393,32 @@ class Producer:
 
         ``partition`` = (broker id, partition) bypasses the partitioner.
         """
+        await self._wait_for_space()
+        future = self.send_nowait(topic, value, key, partition)
+        await self._yield_to_sender()
+        return future
+
+    async def send_message(
+        self,
+        topic: str,
+        message: EncodedMessage,
+        key: Any = None,
+        partition: tuple[int, int] | None = None,
+    ) -> asyncio.Future[ProduceResult]:
+        """Send a consumed message on exactly as it is: magic, attributes and payload, so
+        the same bytes and CRC (waits while the buffer is full).
+
+        A compressed wrapper from a shallow consumer stays one wrapper, byte for byte,
+        and the producer's ``compression`` never applies to it: this is how a mirror
+        forwards compressed sets without decompressing them. ``key`` and ``partition``
+        choose the partition as in :meth:`send` (0.7 messages carry no key).
+        """
+        await self._wait_for_space()
+        future = self.send_message_nowait(topic, message, key, partition)
+        await self._yield_to_sender()
+        return future
+
+    async def _wait_for_space(self) -> None:
         m = self.metrics
         while (
             m.queued_messages >= self.max_buffered_messages
@@ -375,13 +426,13 @@ class Producer:
         ) and not self._closing:
             self._space.clear()
             await self._space.wait()
-        future = self.send_nowait(topic, value, key, partition)
+
+    async def _yield_to_sender(self) -> None:
         if self._batch_ready:
             # Let the sender write the full batch now, so sending overlaps with the
             # caller filling the next one instead of waiting for a full buffer.
             self._batch_ready = False
             await asyncio.sleep(0)
-        return future
 
     def send_nowait(
         self,
@@ -391,6 +442,28 @@ class Producer:
         partition: tuple[int, int] | None = None,
     ) -> asyncio.Future[ProduceResult]:
         """Accept a message, or raise :class:`QueueFullError` if the buffer is full."""
+        loop = self._accepting(topic)
+        if type(value) is bytes and self._plain_values:
+            payload = value
+        else:
+            payload = self.value_serializer(value)
+        return self._accept(loop, topic, payload, len(payload), key, partition, raw=False)
+
+    def send_message_nowait(
+        self,
+        topic: str,
+        message: EncodedMessage,
+        key: Any = None,
+        partition: tuple[int, int] | None = None,
+    ) -> asyncio.Future[ProduceResult]:
+        """:meth:`send_message`, or raise :class:`QueueFullError` if the buffer is full."""
+        loop = self._accepting(topic)
+        # The entry as the consumer read it: same magic, attributes, payload, hence CRC.
+        entry = _accel.impl.encode_message_set((message.value,), message.magic, message.attributes)
+        return self._accept(loop, topic, entry, len(message.value), key, partition, raw=True)
+
+    def _accepting(self, topic: str) -> asyncio.AbstractEventLoop:
+        """The loop, once the producer is known to take a message for ``topic`` now."""
         loop = self._loop
         if loop is None or self._closing:
             raise ProducerClosedError("the producer is not running (use start() or async with)")
@@ -405,22 +478,31 @@ class Producer:
         if topic not in self._valid_topics:
             validate_topic(topic)
             self._valid_topics.add(topic)
-        if type(value) is bytes and self._plain_values:
-            payload = value
-        else:
-            payload = self.value_serializer(value)
-        size = len(payload)
-        if size > self.max_message_size:
+        return loop
+
+    def _accept(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        topic: str,
+        data: bytes,
+        payload_size: int,
+        key: Any,
+        partition: tuple[int, int] | None,
+        *,
+        raw: bool,
+    ) -> asyncio.Future[ProduceResult]:
+        if payload_size > self.max_message_size:
             raise MessageTooLargeError(
-                f"a message of {size} bytes exceeds max.message.size "
+                f"a message of {payload_size} bytes exceeds max.message.size "
                 f"{self.max_message_size}; a 0.7 broker would drop it silently"
             )
         if key is not None and self.key_serializer is not None:
             key = self.key_serializer(key)
         future: asyncio.Future[ProduceResult] = loop.create_future()
+        m = self.metrics
         m.queued_messages += 1
-        m.queued_bytes += size
-        self._last_queue = self._enqueue(_Message(topic, payload, key, partition, future))
+        m.queued_bytes += len(data)
+        self._last_queue = self._enqueue(_Message(topic, data, key, partition, future, raw))
         return future
 
     async def send_and_wait(
@@ -542,12 +624,22 @@ class Producer:
                 task.add_done_callback(queue.in_flight.discard)
 
     def _encode(self, batch: _Batch) -> list[bytes]:
-        """The batch as message sets: one wrapper when compressed, split in halves if a
+        """The batch as message sets, in order: entries of :meth:`send_message` as they
+        are, runs of payloads encoded per :meth:`_encode_payloads`."""
+        if not batch.raw:
+            return self._encode_payloads(batch.topic, [m.value for m in batch.messages])
+        sets: list[bytes] = []
+        for raw, run in itertools.groupby(batch.messages, key=lambda m: m.raw):
+            values = [m.value for m in run]
+            sets.extend([b"".join(values)] if raw else self._encode_payloads(batch.topic, values))
+        return sets
+
+    def _encode_payloads(self, topic: str, payloads: list[bytes]) -> list[bytes]:
+        """Payloads as message sets: one wrapper when compressed, split in halves if a
         wrapper's compressed payload would exceed max.message.size."""
-        payloads = [m.value for m in batch.messages]
         codec = self.compression
         if codec is Compression.NONE or (
-            self.compressed_topics is not None and batch.topic not in self.compressed_topics
+            self.compressed_topics is not None and topic not in self.compressed_topics
         ):
             return [encode_message_set(payloads)]
         return self._compressed(payloads, codec)
@@ -568,10 +660,19 @@ class Producer:
             for batch in batches:
                 for message_set in self._encode(batch):
                     entries.append((batch.topic, batch.partition, message_set))
-            conn = await self._pool.connection(address)
+            async with self._queues[broker_id].turn:
+                conn = await self._pool.connection(address)
+                # Created in turn, so written in turn (a task's first step writes).
+                request = asyncio.ensure_future(
+                    conn.multiproduce_message_sets(entries, confirm=self.confirm, check_sizes=False)
+                )
             self.metrics.requests_sent += 1
             # Sizes were checked at send() and when building wrappers (_compressed).
-            await conn.multiproduce_message_sets(entries, confirm=self.confirm, check_sizes=False)
+            try:
+                await request
+            except asyncio.CancelledError:
+                request.cancel()
+                raise
         except (MessageTooLargeError, InvalidTopicError) as exc:
             for batch in batches:
                 self._fail(batch.messages, exc, (batch.topic, broker_id, batch.partition))

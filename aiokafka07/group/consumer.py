@@ -171,6 +171,12 @@ class Consumer:
     ``topics`` are names (``streams`` streams each) or a map topic → streams; or give
     ``whitelist`` / ``blacklist`` (a 0.7.2 topic filter) instead. ``auto_offset_reset`` is
     ``"smallest"``, ``"largest"`` (0.7.2's default) or ``"error"``.
+
+    With ``shallow`` (0.7.2's ``shallowiterator.enable``) a compressed wrapper is handed out
+    as one record, not decompressed: its value is the compressed payload, its
+    ``attributes`` name the codec and its offset is the wrapper's end. A mirror forwards
+    such records unchanged with :meth:`Producer.send_message
+    <aiokafka07.producer.Producer.send_message>`.
     """
 
     def __init__(
@@ -194,6 +200,8 @@ class Consumer:
         consumer_id_suffix: str | None = None,
         session_timeout_ms: int = 6000,
         request_timeout: float = 30.0,
+        shallow: bool = False,
+        connection_timeout_ms: int = 6000,
     ) -> None:
         if auto_offset_reset not in ("smallest", "largest", "error"):
             raise ValueError("auto_offset_reset must be smallest, largest or error")
@@ -210,10 +218,15 @@ class Consumer:
         self.fetch_backoff = fetch_backoff_ms / 1000
         self.rebalance_backoff = rebalance_backoff_ms / 1000
         self.listener = listener
+        self.shallow = shallow
         self.consumer_id = consumer_id(group, suffix=consumer_id_suffix)
         stream_count = max(self.subscription.streams_per_topic([]).values(), default=streams)
         self.streams = [Stream(self, i) for i in range(max(stream_count, streams))]
-        self._zk = ZooKeeper(zookeeper, session_timeout_ms=session_timeout_ms)
+        self._zk = ZooKeeper(
+            zookeeper,
+            session_timeout_ms=session_timeout_ms,
+            connection_timeout_ms=connection_timeout_ms,
+        )
         self._registry = GroupRegistry(self._zk, group)
         self._pool = ConnectionPool(request_timeout=request_timeout)
         self._owned: dict[TopicPartition, _Owned] = {}
@@ -263,9 +276,14 @@ class Consumer:
                 asyncio.create_task(self._auto_commit(), name=f"{self.consumer_id}-commit")
             )
 
-    async def close(self) -> None:
+    async def close(self, *, commit: bool = True) -> None:
         """Leave the group: stop fetching, commit, delete our ids and owner nodes, close
-        the session. Iterators end."""
+        the session. Iterators end.
+
+        ``commit=False`` leaves the committed offsets as they are: for a caller that could
+        not finish handling what it was handed (a mirror whose producer failed), so the
+        group resumes from the last progress it did record.
+        """
         if self.closed:
             return
         self.closed = True
@@ -274,7 +292,8 @@ class Consumer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._stop_fetchers()
         try:
-            await self.commit()
+            if commit:
+                await self.commit()
             for tp in list(self._owned):
                 await self._registry.release(tp.topic, tp.name)
             await self._registry.unregister(self.consumer_id)
@@ -598,6 +617,7 @@ class Consumer:
                 records,
                 answer.message_set,
                 owned.fetch_offset,
+                shallow=self.shallow,
                 message_type=ConsumerRecord,
                 prefix=(tp.topic, tp.broker_id, tp.partition),
             )

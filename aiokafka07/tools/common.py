@@ -1,0 +1,443 @@
+"""What the console tools share: cluster options, discovery, tables, progress, and I/O
+that never stalls the event loop.
+
+Reading stdin and writing stdout happen in daemon threads: a terminal or a slow pipe
+(``| less``) can block for as long as it likes while the event loop keeps ZooKeeper
+sessions alive and connections served, and Ctrl-C still ends the process (a daemon
+thread stuck in ``read`` does not keep it alive, unlike the default executor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import IO, Any, TextIO
+
+from ..cluster import parse_broker_list, parse_broker_registration
+from ..connection import BrokerAddress
+from ..errors import ZooKeeperError
+from ..records import TopicPartition
+from ..zookeeper import ZooKeeper
+
+__all__ = [
+    "ChunkReader",
+    "CommandError",
+    "Output",
+    "Progress",
+    "add_cluster_options",
+    "format_table",
+    "human_bytes",
+    "parse_broker_partitions",
+    "parse_brokers",
+    "plural",
+    "positive_float",
+    "positive_int",
+    "read_brokers",
+    "silence_stdout",
+    "stop_acknowledged",
+    "topic_partitions",
+    "zookeeper_session",
+]
+
+
+class CommandError(Exception):
+    """A failure the user can act on; the dispatcher prints it as one line, exit 1."""
+
+
+# -- argument types --------------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def add_cluster_options(
+    parser: argparse.ArgumentParser, *, brokers: bool = True, zookeeper_help: str | None = None
+) -> None:
+    """``--zookeeper`` (and ``--brokers`` where a static list can do) plus ``--zk-timeout``.
+
+    Which of them is required is checked by the command (argparse cannot express "one
+    of" together with defaults); :func:`zookeeper_session` refuses a missing one.
+    """
+    group = parser.add_argument_group("cluster")
+    group.add_argument(
+        "-z",
+        "--zookeeper",
+        metavar="HOST:PORT[,...][/CHROOT]",
+        help=zookeeper_help or "ZooKeeper of the cluster (0.7.2 zk.connect)",
+    )
+    if brokers:
+        group.add_argument(
+            "-b",
+            "--brokers",
+            metavar="[ID:]HOST:PORT,...",
+            help="a static broker list instead of ZooKeeper (0.7.2 broker.list); "
+            "entries without ID are numbered 0, 1, ... in order",
+        )
+    group.add_argument(
+        "--zk-timeout",
+        type=positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up connecting to ZooKeeper after this long (default 5)",
+    )
+
+
+def zookeeper_session(args: argparse.Namespace, connect: str | None = None) -> ZooKeeper:
+    """A (not yet started) session on ``connect`` or ``--zookeeper``, with ``--zk-timeout``."""
+    connect = connect or args.zookeeper
+    if not connect:
+        raise CommandError("--zookeeper is required")
+    return ZooKeeper(connect, connection_timeout_ms=int(args.zk_timeout * 1000))
+
+
+def parse_brokers(text: str) -> dict[int, BrokerAddress]:
+    """``--brokers``: ``id:host:port`` entries (0.7.2 ``broker.list``) or plain
+    ``host:port`` ones, which take their position in the list as id."""
+    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+    numbered = [
+        entry if entry.count(":") >= 2 else f"{i}:{entry}" for i, entry in enumerate(entries)
+    ]
+    try:
+        return parse_broker_list(",".join(numbered))
+    except ValueError as exc:
+        raise CommandError(f"--brokers: {exc}") from None
+
+
+def parse_broker_partitions(items: Sequence[str]) -> list[tuple[int, int]]:
+    """``--broker-partition 0-1,1-0`` (repeatable) as sorted (broker, partition) pairs."""
+    result: set[tuple[int, int]] = set()
+    for item in items:
+        for name in filter(None, (part.strip() for part in item.split(","))):
+            try:
+                tp = TopicPartition.parse("", name)
+            except ValueError as exc:
+                raise CommandError(f"--broker-partition: {exc}") from None
+            result.add((tp.broker_id, tp.partition))
+    return sorted(result)
+
+
+# -- discovery through ZooKeeper ---------------------------------------------------------
+
+
+async def read_brokers(zk: ZooKeeper) -> dict[int, BrokerAddress]:
+    """The registered brokers (``/brokers/ids``); unusable registrations are skipped."""
+    brokers: dict[int, BrokerAddress] = {}
+    for child in await zk.get_children("/brokers/ids"):
+        if not child.isdigit():
+            continue
+        try:
+            host, port = parse_broker_registration(await zk.get_data(f"/brokers/ids/{child}"))
+        except ZooKeeperError:
+            continue  # gone meanwhile, or not host:port
+        brokers[int(child)] = BrokerAddress(int(child), host, port)
+    return brokers
+
+
+async def topic_partitions(zk: ZooKeeper, topic: str) -> list[tuple[int, int]]:
+    """Every (broker, partition) registered for ``topic``, numerically sorted."""
+    result: list[tuple[int, int]] = []
+    path = f"/brokers/topics/{topic}"
+    for child in await zk.get_children(path):
+        try:
+            count = int(await zk.get_data(f"{path}/{child}") or "")
+        except (ZooKeeperError, ValueError):
+            continue  # gone meanwhile, or not a partition count
+        if child.isdigit():
+            result.extend((int(child), p) for p in range(count))
+    return sorted(result)
+
+
+async def delete_tree(zk: ZooKeeper, path: str) -> None:
+    """Delete ``path`` and everything below it (0.7.2 ``deletePathRecursive``)."""
+    for child in await zk.get_children(path):
+        await delete_tree(zk, f"{path}/{child}")
+    await zk.delete(path)
+
+
+# -- output formatting ---------------------------------------------------------------------
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """An aligned text table; None shows as ``-``, numeric columns are right-aligned."""
+    text = [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in text:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    numeric = [
+        all(isinstance(row[i], int) or row[i] is None for row in rows) and bool(rows)
+        for i in range(len(headers))
+    ]
+    lines = []
+    for row in [list(headers), *text]:
+        cells = [
+            cell.rjust(width) if right else cell.ljust(width)
+            for cell, width, right in zip(row, widths, numeric, strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def plural(count: int, word: str) -> str:
+    """``1 member``, ``2 members``."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def human_bytes(count: float) -> str:
+    """``1536`` → ``1.5 KiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+class Progress:
+    """Counts the messages and bytes of a long-running command for a status line.
+
+    While ``enabled`` (by default: when stderr is a terminal), a status line is written
+    every ``interval`` seconds: rewritten in place on a terminal, one line each time
+    otherwise. :meth:`summary` is the closing line.
+    """
+
+    def __init__(
+        self,
+        verb: str,
+        *,
+        enabled: bool | None = None,
+        interval: float = 1.0,
+        stream: TextIO | None = None,
+        detail: Callable[[], str] | None = None,
+    ) -> None:
+        self.verb = verb
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.enabled = self.tty if enabled is None else enabled
+        self.interval = interval
+        self.detail = detail
+        self.messages = 0
+        self.bytes = 0
+        self.started = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        self._last = (self.started, 0, 0)
+
+    def add(self, messages: int, size: int) -> None:
+        self.messages += messages
+        self.bytes += size
+
+    async def __aenter__(self) -> Progress:
+        self.started = time.monotonic()
+        self._last = (self.started, 0, 0)
+        if self.enabled:
+            self._task = asyncio.create_task(self._report(), name="progress")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            if self.tty:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+
+    async def _report(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            now = time.monotonic()
+            then, messages, size = self._last
+            elapsed = max(now - then, 1e-9)
+            rate = (self.messages - messages) / elapsed
+            byte_rate = (self.bytes - size) / elapsed
+            self._last = (now, self.messages, self.bytes)
+            line = (
+                f"{self.verb} {self.messages} messages, {human_bytes(self.bytes)} "
+                f"({rate:.0f} msg/s, {human_bytes(byte_rate)}/s)"
+            )
+            if self.detail is not None:
+                line += f", {self.detail()}"
+            self.stream.write(f"\r\x1b[K{line}" if self.tty else f"{line}\n")
+            self.stream.flush()
+
+    def summary(self) -> str:
+        """``produced 10 messages (1.2 KiB) in 0.05 s: 200 msg/s, 24.0 KiB/s``."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return (
+            f"{self.verb} {self.messages} messages ({human_bytes(self.bytes)}) in "
+            f"{elapsed:.2f} s: {self.messages / elapsed:.0f} msg/s, "
+            f"{human_bytes(self.bytes / elapsed)}/s"
+        )
+
+
+# -- stdin / stdout through daemon threads ------------------------------------------------
+
+
+class ChunkReader:
+    """The chunks of a binary file as an async iterator, read in a daemon thread.
+
+    At most ``queue_size`` chunks of up to ``chunk_size`` bytes wait at a time, so any
+    input streams through in bounded memory. A chunk is whatever one read returned, so
+    interactive input arrives line by line. The thread reads the file descriptor itself:
+    a thread blocked inside a buffered reader would hold its lock, which the interpreter
+    needs at exit (after Ctrl-C, say).
+    """
+
+    def __init__(self, file: IO[bytes], chunk_size: int = 1 << 18, queue_size: int = 4) -> None:
+        self.file = file
+        self.chunk_size = chunk_size
+        self.queue_size = queue_size
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[bytes | BaseException] = asyncio.Queue(self.queue_size)
+        fd = self.file.fileno()
+        size = self.chunk_size
+
+        def put(item: bytes | BaseException) -> bool:
+            try:
+                asyncio.run_coroutine_threadsafe(chunks.put(item), loop).result()
+            except BaseException:  # the loop is closing: nobody reads any more
+                return False
+            return True
+
+        def work() -> None:
+            try:
+                while True:
+                    data = os.read(fd, size)
+                    if not put(data) or not data:
+                        return
+            except BaseException as exc:  # e.g. an I/O error: raised in the reader
+                put(exc)
+
+        threading.Thread(target=work, name="input", daemon=True).start()
+        while True:
+            item = await chunks.get()
+            if isinstance(item, BaseException):
+                raise item
+            if not item:
+                return
+            yield item
+
+
+class Output:
+    """stdout for bulk output, written by a daemon thread.
+
+    :meth:`write` hands a block of bytes over and waits until it is written, so output
+    keeps pace with the reader of the pipe (back-pressure) while the event loop keeps
+    running. A reader that went away (``| head``) raises :class:`BrokenPipeError`. The
+    thread writes to the file descriptor itself, holding no lock of ``sys.stdout`` that
+    the interpreter would need at exit.
+    """
+
+    def __init__(self, fd: int | None = None) -> None:
+        self.fd = sys.stdout.fileno() if fd is None else fd
+        self._queue: queue.SimpleQueue[tuple[bytes, asyncio.Future[None]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self.broken = False
+
+    def _work(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            data, future = item
+            error: BaseException | None = None
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self.fd, view) :]
+            except BaseException as exc:
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, future, error)
+
+    async def write(self, data: bytes) -> None:
+        """Write ``data`` and wait until it is written (also when cancelled meanwhile:
+        what was handed over is on its way, and the caller's bookkeeping must count it).
+        """
+        if self.broken:
+            raise BrokenPipeError("stdout is closed")
+        if not data:
+            return
+        loop = asyncio.get_running_loop()
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._work, args=(loop,), name="output", daemon=True
+            )
+            self._thread.start()
+        future: asyncio.Future[None] = loop.create_future()
+        self._queue.put((data, future))
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await future
+            raise
+        except BrokenPipeError:
+            self.broken = True
+            silence_stdout()
+            raise
+
+    def close(self) -> None:
+        """Let the writer thread end once its queue is done."""
+        if self._thread is not None:
+            self._queue.put(None)
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null once its reader is gone, so the interpreter's final
+    flush does not complain about a broken pipe (the Python docs' recipe)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def stop_acknowledged() -> None:
+    """Tell asyncio that the cancellation by Ctrl-C / SIGTERM was handled: the command
+    stops cleanly, and timeouts in its clean-up must work as timeouts again."""
+    task = asyncio.current_task()
+    uncancel: Any = getattr(task, "uncancel", None)  # Python 3.11+
+    cancelling: Any = getattr(task, "cancelling", None)
+    if uncancel is not None and cancelling is not None:
+        while cancelling():
+            uncancel()

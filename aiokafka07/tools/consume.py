@@ -1,0 +1,372 @@
+"""``aiokafka07 consume``: print a topic's messages.
+
+Two modes:
+
+* **group** (default): a member of a consumer group, balanced with the group's other
+  members (Java ones too), offsets committed to ZooKeeper, topics by name or by a
+  whitelist / blacklist. Without ``--group`` a fresh ``console-consumer-<n>`` group is
+  used and deleted from ZooKeeper at exit, as 0.7.2's ConsoleConsumer does.
+* **simple**: chosen partitions (``--broker-partition``; all of the topic's by default)
+  read directly from their brokers, from an offset, with nothing written to ZooKeeper; the
+  only mode with ``--brokers``.
+
+Output formats: ``raw`` (payload and a newline, as 0.7.2), ``hex``, ``length-prefixed``
+(what ``produce --format length-prefixed`` reads) and ``json`` (one object per line:
+``topic``, ``broker_id``, ``partition``, ``offset`` — the 0.7 "next offset", where a
+consumer resumes after this message — ``value``, and ``encoding``: ``utf-8`` when the value
+is shown as text, ``base64`` when it is not valid UTF-8).
+
+Output goes through a writer thread, a batch of records at a time. It ends after
+``--max-messages``, after ``--timeout-ms`` without a message, when stdout's reader goes
+away (``| head``), or on Ctrl-C / SIGTERM; in every case a group member commits what it
+printed and leaves the group cleanly, and the exit status is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import random
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..connection import BrokerAddress
+from ..errors import KafkaError
+from ..group import Consumer
+from ..group.subscription import TopicFilter
+from ..pool import ConnectionPool
+from ..protocol import EARLIEST, LATEST
+from ..records import ConsumerRecord
+from ..simple import SimpleConsumer
+from ..zookeeper import ZooKeeper
+from .common import (
+    CommandError,
+    Output,
+    Progress,
+    add_cluster_options,
+    delete_tree,
+    parse_broker_partitions,
+    parse_brokers,
+    plural,
+    positive_int,
+    read_brokers,
+    stop_acknowledged,
+    topic_partitions,
+    zookeeper_session,
+)
+
+Formatter = Callable[[ConsumerRecord], bytes]
+NextBatch = Callable[[float | None, int | None], Awaitable[list[ConsumerRecord]]]
+
+#: How long a simple-mode reader waits before fetching again once caught up.
+POLL_INTERVAL = 0.1
+
+
+def _raw(record: ConsumerRecord) -> bytes:
+    return record.value + b"\n"
+
+
+def _hex(record: ConsumerRecord) -> bytes:
+    return record.value.hex().encode() + b"\n"
+
+
+def _length_prefixed(record: ConsumerRecord) -> bytes:
+    return len(record.value).to_bytes(4, "big") + record.value
+
+
+def record_json(record: ConsumerRecord) -> dict[str, Any]:
+    """A record as the ``json`` format shows it (see the module docs)."""
+    try:
+        value, encoding = record.value.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        value, encoding = base64.b64encode(record.value).decode("ascii"), "base64"
+    return {
+        "topic": record.topic,
+        "broker_id": record.broker_id,
+        "partition": record.partition,
+        "offset": record.offset,
+        "value": value,
+        "encoding": encoding,
+    }
+
+
+def _json(record: ConsumerRecord) -> bytes:
+    return json.dumps(record_json(record), ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+FORMATS: dict[str, Formatter] = {
+    "raw": _raw,
+    "json": _json,
+    "hex": _hex,
+    "length-prefixed": _length_prefixed,
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Print messages of TOPIC (or of the topics a --whitelist / --blacklist selects) as "
+        "a consumer group member, or of chosen partitions with --simple / "
+        "--broker-partition / --offset / --brokers."
+    )
+    parser.add_argument("topic", nargs="?", metavar="TOPIC")
+    add_cluster_options(parser)
+    group = parser.add_argument_group("group mode")
+    group.add_argument(
+        "-g",
+        "--group",
+        help="consumer group (default: a new console-consumer-<n>, deleted at exit)",
+    )
+    group.add_argument("--whitelist", metavar="REGEX", help="topics matching (0.7.2 filter syntax)")
+    group.add_argument("--blacklist", metavar="REGEX", help="topics not matching")
+    group.add_argument(
+        "--commit-interval-ms",
+        type=positive_int,
+        default=10000,
+        help="commit offsets this often, and at exit (0.7.2 autocommit.interval.ms, 10000)",
+    )
+    simple = parser.add_argument_group("simple mode")
+    simple.add_argument(
+        "--simple", action="store_true", help="read the partitions directly, no group"
+    )
+    simple.add_argument(
+        "--broker-partition",
+        action="append",
+        default=[],
+        metavar="B-P[,B-P...]",
+        help="only these partitions (implies --simple; with --brokers: default 0 of each)",
+    )
+    simple.add_argument(
+        "--offset", type=int, metavar="N", help="start at this offset (implies --simple)"
+    )
+    where = parser.add_argument_group("what to print")
+    where.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the earliest offset (default: the latest). A named group's committed "
+        "offsets of these topics are deleted first, as 0.7.2 does",
+    )
+    where.add_argument("-n", "--max-messages", type=positive_int, help="stop after N messages")
+    where.add_argument(
+        "--timeout-ms", type=positive_int, help="stop after this long without a message"
+    )
+    where.add_argument(
+        "-f",
+        "--format",
+        choices=list(FORMATS),
+        default="raw",
+        help="raw (value + newline, default), json (a JSON object per line), hex, "
+        "length-prefixed (4-byte big-endian length + value)",
+    )
+    where.add_argument(
+        "--fetch-size", type=positive_int, default=1048576, help="bytes per fetch (1048576)"
+    )
+    where.add_argument(
+        "--progress", action="store_true", help="report progress on stderr every second"
+    )
+    where.add_argument("-q", "--quiet", action="store_true", help="no summary at the end")
+
+
+async def run(args: argparse.Namespace) -> int:
+    simple = args.simple or args.broker_partition or args.offset is not None or args.brokers
+    if args.zookeeper and args.brokers:
+        raise CommandError("give --zookeeper or --brokers, not both")
+    if not (args.zookeeper or args.brokers):
+        raise CommandError("give --zookeeper (or --brokers for --simple)")
+    if args.offset is not None and (args.offset < 0 or args.from_beginning):
+        raise CommandError("--offset takes an offset >= 0, and not with --from-beginning")
+    progress = Progress("consumed", enabled=args.progress)
+    output = Output()
+    try:
+        async with progress:
+            if simple:
+                if args.group or args.whitelist or args.blacklist:
+                    raise CommandError(
+                        "--group, --whitelist and --blacklist need group mode, but "
+                        "--simple, --broker-partition, --offset or --brokers was given"
+                    )
+                if not args.topic:
+                    raise CommandError("simple mode reads one TOPIC")
+                await _simple(args, output, progress)
+            else:
+                if sum(bool(x) for x in (args.topic, args.whitelist, args.blacklist)) != 1:
+                    raise CommandError("give a TOPIC, a --whitelist or a --blacklist (one)")
+                await _group(args, output, progress)
+    finally:
+        output.close()
+    if not args.quiet:
+        print(progress.summary(), file=sys.stderr, flush=True)
+    return 0
+
+
+async def _print(
+    next_batch: NextBatch, args: argparse.Namespace, output: Output, progress: Progress
+) -> None:
+    """Write batches until the limit, the timeout, a broken pipe or a stop signal."""
+    formatter = FORMATS[args.format]
+    limit: int | None = args.max_messages
+    timeout = None if args.timeout_ms is None else args.timeout_ms / 1000
+    try:
+        while limit is None or progress.messages < limit:
+            left = None if limit is None else limit - progress.messages
+            records = await next_batch(timeout, left)
+            if not records:
+                return  # --timeout-ms without a message
+            await output.write(b"".join(map(formatter, records)))
+            progress.add(len(records), sum(len(r.value) for r in records))
+    except asyncio.CancelledError:
+        stop_acknowledged()  # Ctrl-C / SIGTERM: the normal way to stop
+    except BrokenPipeError:
+        pass  # the reader is gone (| head): stop quietly
+
+
+# -- group mode --------------------------------------------------------------------------
+
+
+async def _group(args: argparse.Namespace, output: Output, progress: Progress) -> None:
+    zk = zookeeper_session(args)
+    await zk.start()
+    try:
+        group = args.group or await _fresh_group(zk)
+        if args.from_beginning and args.group:
+            await _forget_offsets(zk, args)
+        consumer = Consumer(
+            *([args.topic] if args.topic else []),
+            group=group,
+            zookeeper=args.zookeeper,
+            whitelist=args.whitelist,
+            blacklist=args.blacklist,
+            auto_offset_reset="smallest" if args.from_beginning else "largest",
+            auto_commit_interval_ms=args.commit_interval_ms,
+            fetch_size=args.fetch_size,
+            max_fetch_size=max(args.fetch_size, 64 * 1048576),
+            connection_timeout_ms=int(args.zk_timeout * 1000),
+        )
+
+        async def next_batch(timeout: float | None, limit: int | None) -> list[ConsumerRecord]:
+            while True:
+                wait = 3600.0 if timeout is None else timeout
+                batches = await consumer.getmany(timeout_ms=wait * 1000, max_records=limit)
+                if batches or timeout is not None:
+                    return [record for batch in batches.values() for record in batch]
+
+        await consumer.start()
+        try:
+            await _print(next_batch, args, output, progress)
+        finally:
+            await consumer.close()  # commits what was printed
+            if not args.group:
+                await delete_tree(zk, f"/consumers/{group}")
+    finally:
+        await zk.close()
+
+
+async def _fresh_group(zk: ZooKeeper) -> str:
+    """``console-consumer-<0..99999>`` (0.7.2's form) that no group uses yet."""
+    while True:
+        group = f"console-consumer-{random.randrange(100000)}"
+        if not await zk.exists(f"/consumers/{group}"):
+            return group
+
+
+async def _forget_offsets(zk: ZooKeeper, args: argparse.Namespace) -> None:
+    """--from-beginning with a named group: delete its committed offsets of the consumed
+    topics (0.7.2 deletes the whole group), refusing while the group has live members."""
+    root = f"/consumers/{args.group}"
+    members = await zk.get_children(f"{root}/ids")
+    if members:
+        raise CommandError(
+            f"group {args.group} has {plural(len(members), 'live member')}; --from-beginning would "
+            "reset their offsets (stop them first, or use another --group)"
+        )
+    if args.topic:
+        topics = [args.topic]
+    else:
+        topic_filter = TopicFilter.parse(
+            args.whitelist or args.blacklist, whitelist=bool(args.whitelist)
+        )
+        topics = [t for t in await zk.get_children(f"{root}/offsets") if topic_filter.allows(t)]
+    for topic in topics:
+        await delete_tree(zk, f"{root}/offsets/{topic}")
+
+
+# -- simple mode --------------------------------------------------------------------------
+
+
+async def _simple(args: argparse.Namespace, output: Output, progress: Progress) -> None:
+    topic: str = args.topic
+    chosen = parse_broker_partitions(args.broker_partition)
+    if args.brokers:
+        brokers = parse_brokers(args.brokers)
+        partitions = chosen or [(broker_id, 0) for broker_id in sorted(brokers)]
+    else:
+        async with zookeeper_session(args) as zk:
+            brokers = await read_brokers(zk)
+            partitions = chosen or await topic_partitions(zk, topic)
+        if not partitions:
+            raise CommandError(f"topic {topic} has no partitions registered in ZooKeeper")
+    for broker_id, _ in partitions:
+        if broker_id not in brokers:
+            raise CommandError(f"broker {broker_id} is not known (not registered / not listed)")
+    queue: asyncio.Queue[list[ConsumerRecord] | BaseException] = asyncio.Queue(16)
+    async with ConnectionPool(connect_timeout=5.0, request_timeout=30.0) as pool:
+        readers = [
+            asyncio.create_task(_read(args, brokers[b], p, pool, queue)) for b, p in partitions
+        ]
+        pending: list[ConsumerRecord] = []
+
+        async def next_batch(timeout: float | None, limit: int | None) -> list[ConsumerRecord]:
+            if not pending:
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout)
+                except asyncio.TimeoutError:
+                    return []
+                if isinstance(item, BaseException):
+                    raise item
+                pending.extend(item)
+            cut = len(pending) if limit is None else limit
+            batch = pending[:cut]
+            del pending[:cut]
+            return batch
+
+        try:
+            await _print(next_batch, args, output, progress)
+        finally:
+            for task in readers:
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+
+
+async def _read(
+    args: argparse.Namespace,
+    address: BrokerAddress,
+    partition: int,
+    pool: ConnectionPool,
+    queue: asyncio.Queue[list[ConsumerRecord] | BaseException],
+) -> None:
+    """One partition's records into ``queue`` (an error goes there too, named)."""
+    topic: str = args.topic
+    name = f"{topic} {address.broker_id}-{partition} at {address.host}:{address.port}"
+    consumer = SimpleConsumer(
+        address.host,
+        address.port,
+        broker_id=address.broker_id,
+        fetch_size=args.fetch_size,
+        max_fetch_size=max(args.fetch_size, 64 * 1048576),
+        pool=pool,
+    )
+    try:
+        offset = args.offset
+        if offset is None:
+            time = EARLIEST if args.from_beginning else LATEST
+            offsets = await consumer.offsets_before(topic, partition, time, 1)
+            offset = offsets[0] if offsets else 0
+        batches = consumer.batches(topic, partition, offset, poll_interval=POLL_INTERVAL)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                await queue.put(batch.messages)
+    except KafkaError as exc:
+        await queue.put(CommandError(f"{name}: {exc}"))

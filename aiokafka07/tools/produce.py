@@ -1,0 +1,276 @@
+"""``aiokafka07 produce``: send records from stdin or files to a topic.
+
+The equivalent of 0.7.2's ConsoleProducer, with what it lacks: length-prefixed binary
+records besides lines, a key per record (it picks the partition with the Java-compatible
+hash, as a Java producer with a String key would; 0.7 messages carry no key), every
+codec, a static broker list, delivery confirmed by default, and an exit at the end of the
+input with a summary. Input streams through in bounded memory, read by a thread so the
+event loop never waits for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import re
+import sys
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import IO, Any
+
+from ..cluster import Cluster, StaticCluster, ZooKeeperCluster
+from ..connection import MAX_MESSAGE_SIZE
+from ..errors import ProducerClosedError
+from ..producer import Producer
+from .common import (
+    ChunkReader,
+    CommandError,
+    Progress,
+    add_cluster_options,
+    parse_broker_partitions,
+    parse_brokers,
+    positive_int,
+)
+
+log = logging.getLogger("aiokafka07.tools.produce")
+
+_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{2}|[tnr0\\])")
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "0": "\0", "\\": "\\"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Send each line (or each length-prefixed record) of stdin or the given files to "
+        "TOPIC, then print a summary. Delivery is confirmed by default."
+    )
+    parser.add_argument("topic", metavar="TOPIC")
+    parser.add_argument(
+        "files", nargs="*", metavar="FILE", help="read these in order instead of stdin ('-')"
+    )
+    add_cluster_options(parser)
+    parser.add_argument(
+        "--format",
+        choices=["lines", "length-prefixed"],
+        default="lines",
+        help="lines (default; a trailing \\r is dropped) or records each preceded by a "
+        "4-byte big-endian length",
+    )
+    parser.add_argument(
+        "--key-separator",
+        metavar="SEP",
+        help="each record is KEY SEP VALUE; the key chooses the partition (Java String "
+        "hash) and is not sent. Escapes: \\t \\n \\r \\0 \\\\ \\xHH",
+    )
+    parser.add_argument(
+        "--compression", choices=["none", "gzip", "snappy"], default="none", help="codec"
+    )
+    parser.add_argument(
+        "--no-confirm",
+        dest="confirm",
+        action="store_false",
+        help="count a message as sent once written to the socket (0.7 has no acks; by "
+        "default each request is confirmed by a request behind it)",
+    )
+    parser.add_argument(
+        "--partition", metavar="BROKER-PARTITION", help="send everything to this partition"
+    )
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=1000, help="messages per batch (1000)"
+    )
+    parser.add_argument(
+        "--linger-ms", type=float, default=5.0, help="wait this long to fill a batch (5)"
+    )
+    parser.add_argument(
+        "--max-message-size",
+        type=positive_int,
+        default=MAX_MESSAGE_SIZE,
+        help=f"refuse larger records (0.7.2 max.message.size, {MAX_MESSAGE_SIZE})",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="report progress every second (default: when stderr is a terminal)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summary at the end")
+
+
+def parse_separator(text: str) -> bytes:
+    """``--key-separator`` with its escapes, as UTF-8 bytes."""
+
+    def unescape(match: re.Match[str]) -> str:
+        code = match.group(1)
+        return chr(int(code[1:], 16)) if code[0] == "x" else _ESCAPES[code]
+
+    separator = _ESCAPE.sub(unescape, text).encode("utf-8")
+    if not separator:
+        raise CommandError("--key-separator must not be empty")
+    return separator
+
+
+def partition_key(key: bytes) -> Any:
+    """What the partitioner hashes: the key as a string (as a Java producer's String key),
+    or the bytes when they are not UTF-8."""
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return key
+
+
+def undelivered(exc: ProducerClosedError, producer: Producer) -> str:
+    """One line for messages the producer gave up on: how many, and why."""
+    reason = next(iter(exc.errors.values()), None)
+    total = producer.metrics.messages_sent + exc.undelivered
+    return f"{exc.undelivered} of {total} messages were not delivered: {reason or exc}"
+
+
+async def lines(
+    chunks: AsyncIterable[bytes], max_size: int, name: str
+) -> AsyncIterator[list[bytes]]:
+    """Lines of the input, a list per chunk (a last line without newline counts)."""
+    carry = b""
+    count = 0
+    async for chunk in chunks:
+        parts = (carry + chunk if carry else chunk).split(b"\n")
+        carry = parts.pop()
+        if len(carry) > max_size:
+            raise CommandError(
+                f"{name}: line {count + len(parts) + 1} is longer than the maximum "
+                f"message size ({max_size} bytes)"
+            )
+        count += len(parts)
+        if parts:
+            yield [p[:-1] if p.endswith(b"\r") else p for p in parts]
+    if carry:
+        yield [carry[:-1] if carry.endswith(b"\r") else carry]
+
+
+async def length_prefixed(
+    chunks: AsyncIterable[bytes], max_size: int, name: str
+) -> AsyncIterator[list[bytes]]:
+    """Records preceded by a 4-byte big-endian length, a list per chunk."""
+    buf = bytearray()
+    count = 0
+    async for chunk in chunks:
+        buf += chunk
+        pos = 0
+        records = []
+        while len(buf) - pos >= 4:
+            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+            if not 0 <= size <= max_size:
+                raise CommandError(
+                    f"{name}: record {count + 1} declares {size} bytes, outside 0-{max_size} "
+                    "(is the input length-prefixed?)"
+                )
+            if len(buf) - pos - 4 < size:
+                break
+            records.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+            count += 1
+        del buf[:pos]
+        if records:
+            yield records
+    if buf:
+        raise CommandError(
+            f"{name}: the input ends inside record {count + 1} "
+            f"({len(buf)} bytes after the last complete record)"
+        )
+
+
+async def run(args: argparse.Namespace) -> int:
+    if bool(args.zookeeper) == bool(args.brokers):
+        raise CommandError("give --zookeeper or --brokers (one of them)")
+    separator = None if args.key_separator is None else parse_separator(args.key_separator)
+    partition = None
+    if args.partition is not None:
+        chosen = parse_broker_partitions([args.partition])
+        if len(chosen) != 1:
+            raise CommandError("--partition takes one BROKER-PARTITION, e.g. 0-1")
+        partition = chosen[0]
+    cluster: Cluster
+    if args.brokers:
+        cluster = StaticCluster(parse_brokers(args.brokers))
+        if separator is not None and partition is None:
+            log.warning(
+                "with --brokers keys do not choose the partition: as 0.7.2 with broker.list, "
+                "each batch goes to a random broker, which picks the partition"
+            )
+    else:
+        cluster = ZooKeeperCluster(
+            args.zookeeper, connection_timeout_ms=int(args.zk_timeout * 1000)
+        )
+    sources: list[tuple[str, IO[bytes]]] = []
+    with contextlib.ExitStack() as files:
+        for name in args.files or ["-"]:
+            if name == "-":
+                sources.append(("stdin", sys.stdin.buffer))
+            else:
+                opened = await asyncio.to_thread(open, name, "rb")
+                sources.append((name, files.enter_context(opened)))
+        producer = Producer(
+            cluster=cluster,
+            compression=args.compression,
+            confirm=args.confirm,
+            batch_size=args.batch_size,
+            linger_ms=args.linger_ms,
+            max_message_size=args.max_message_size,
+        )
+        progress = Progress("produced", enabled=args.progress)
+        outcome = "failed"
+        await cluster.start()
+        try:
+            await producer.start()
+            async with progress:
+                for name, file in sources:
+                    await _send(args, producer, name, file, separator, partition, progress)
+            outcome = "done"
+        except asyncio.CancelledError:
+            outcome = "interrupted"
+            raise
+        finally:
+            try:
+                await producer.close()  # everything accepted is delivered, or this raises
+            except ProducerClosedError as exc:
+                raise CommandError(undelivered(exc, producer)) from exc
+            finally:
+                await cluster.close()
+            if outcome != "failed" and not args.quiet:
+                progress.messages = producer.metrics.messages_sent
+                progress.bytes = producer.metrics.bytes_sent
+                text = f"{progress.summary()} to {args.topic}"
+                if outcome == "interrupted":
+                    text += " (interrupted)"
+                print(text, file=sys.stderr, flush=True)
+    return 0
+
+
+async def _send(
+    args: argparse.Namespace,
+    producer: Producer,
+    name: str,
+    file: IO[bytes],
+    separator: bytes | None,
+    partition: tuple[int, int] | None,
+    progress: Progress,
+) -> None:
+    reader = lines if args.format == "lines" else length_prefixed
+    topic = args.topic
+    number = 0
+    async for records in reader(ChunkReader(file), args.max_message_size, name):
+        size = 0
+        for record in records:
+            number += 1
+            key = None
+            value = record
+            if separator is not None:
+                raw_key, found, value = record.partition(separator)
+                if not found:
+                    raise CommandError(
+                        f"{name}: record {number} has no key separator {separator!r}"
+                    )
+                key = partition_key(raw_key)
+            await producer.send(topic, value, key=key, partition=partition)
+            size += len(value)
+        progress.add(len(records), size)
+        await asyncio.sleep(0)

@@ -1,0 +1,195 @@
+"""The console tools' dispatcher, and how every tool fails: as a user runs them, in real
+processes. Also the helpers the other ``test_cli_*`` modules share."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aiokafka07.cli import COMMANDS
+
+#: Short ZooKeeper connect timeout for unreachable-server cases (seconds).
+ZK_TIMEOUT = "0.5"
+
+
+async def start_cli(*args: str, stdin: bool = False) -> asyncio.subprocess.Process:
+    """``python -m aiokafka07 ARGS`` with piped stdout/stderr (and stdin if asked)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiokafka07", *args,
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def run_cli(
+    *args: str, stdin: bytes | None = None, timeout: float = 60
+) -> tuple[int, bytes, str]:
+    """Run a tool to completion: (exit status, stdout bytes, stderr text)."""
+    proc = await start_cli(*args, stdin=stdin is not None)
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out, err.decode()
+
+
+async def stop_cli(
+    proc: asyncio.subprocess.Process, sig: int = signal.SIGINT, timeout: float = 30
+) -> tuple[int, bytes, str]:
+    """Send ``sig`` and collect the rest of the output."""
+    proc.send_signal(sig)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out, err.decode()
+
+
+async def ok(*args: str, stdin: bytes | None = None) -> bytes:
+    """Run a tool that must succeed; its stdout."""
+    code, out, err = await run_cli(*args, stdin=stdin)
+    assert code == 0, err
+    assert "Traceback" not in err, err
+    return out
+
+
+def one_error_line(err: str, command: str) -> str:
+    """The single stderr line of a failed tool, checked for the common shape."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"aiokafka07 {command}: error: "), err
+    return lines[0]
+
+
+def unused_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def fails(command: str, *args: str, status: int = 1, stdin: bytes | None = None) -> str:
+    code, _, err = await run_cli(command, *args, stdin=stdin)
+    assert code == status, err
+    if status == 2:  # argparse: usage, then the error line
+        assert err.strip().splitlines()[-1].startswith(f"aiokafka07 {command}: error: "), err
+        assert "Traceback" not in err
+        return err
+    return one_error_line(err, command)
+
+
+async def test_help_lists_every_command_and_each_command_has_help() -> None:
+    code, out, _ = await run_cli("--help")
+    assert code == 0
+    for name in COMMANDS:
+        assert re.search(rf"^\s+{name}\s", out.decode(), re.MULTILINE), name
+    results = await asyncio.gather(*(run_cli(name, "--help") for name in COMMANDS))
+    for name, (code, out, err) in zip(COMMANDS, results, strict=True):
+        assert code == 0, err
+        assert out.decode().startswith(f"usage: aiokafka07 {name}"), out
+
+
+async def test_bad_arguments_exit_2_or_1_with_one_line(tmp_path: Path) -> None:
+    code, _, err = await run_cli("no-such-command")
+    assert code == 2
+    assert "invalid choice: 'no-such-command'" in err
+    zk = ["--zookeeper", "127.0.0.1:2181"]
+    checks = [
+        fails("produce", status=2),  # no topic
+        fails("offsets", "t", *zk, "--time", "yesterday", status=2),
+        fails("produce", "t"),  # no cluster
+        fails("produce", "t", "--brokers", "127.0.0.1:notaport"),
+        fails("consume", "t", "--whitelist", "x", *zk),  # topic and whitelist
+        fails("consume", "t", "--simple", "--group", "g", *zk),
+        fails("groups", "describe", *zk),  # no group
+        fails("import-offsets", "g", str(tmp_path / "missing.json"), *zk),
+        fails("mirror", "t", "--source-zookeeper", "127.0.0.1:2181"),  # no target
+        fails("dump-log", str(tmp_path / "missing")),
+        fails("produce", "bad/topic", "--brokers", "127.0.0.1:9092", stdin=b"x\n"),
+    ]
+    errors = await asyncio.gather(*checks)
+    assert "required: TOPIC" in errors[0]
+    assert "'yesterday' is not latest, earliest" in errors[1]
+    assert "give --zookeeper or --brokers (one of them)" in errors[2]
+    assert "port between 1 and 65535" in errors[3]
+    assert "give a TOPIC, a --whitelist or a --blacklist" in errors[4]
+    assert "need group mode" in errors[5]
+    assert "describe needs a GROUP" in errors[6]
+    assert "No such file or directory" in errors[7]
+    assert "give --target-zookeeper or --target-brokers" in errors[8]
+    assert "no such file or directory" in errors[9]
+    assert "bad/topic" in errors[10]
+
+
+async def test_unreachable_servers_fail_fast_with_one_line(tmp_path: Path) -> None:
+    dead = f"127.0.0.1:{unused_port()}"
+    zk = ["--zookeeper", dead, "--zk-timeout", ZK_TIMEOUT]
+    offsets_file = tmp_path / "offsets.json"
+    offsets_file.write_text('{"offsets": {"t": {"0-0": 5}}}')
+    started = time.monotonic()
+    zk_errors = await asyncio.gather(
+        fails("produce", "t", *zk, stdin=b"x\n"),
+        fails("consume", "t", *zk),
+        fails("offsets", "t", *zk),
+        fails("groups", *zk),
+        fails("import-offsets", "g", str(offsets_file), *zk),
+        fails(
+            "mirror",
+            "t",
+            "--source-zookeeper",
+            dead,
+            "--target-zookeeper",
+            dead,
+            "--zk-timeout",
+            ZK_TIMEOUT,
+        ),
+    )
+    for line in zk_errors:
+        assert f"cannot open a ZooKeeper session at {dead} within 500 ms" in line, line
+    broker_errors = await asyncio.gather(
+        fails("produce", "t", "--brokers", dead, stdin=b"x\ny\n"),
+        fails("consume", "t", "--brokers", dead),
+        fails("offsets", "t", "--brokers", dead),
+    )
+    assert broker_errors[0].endswith(
+        f"2 of 2 messages were not delivered: cannot connect to broker 0 at {dead}: "
+        f"Connect call failed ('127.0.0.1', {dead.split(':')[1]})"
+    )
+    for line in broker_errors[1:]:
+        assert f"cannot connect to broker 0 at {dead}" in line
+    assert time.monotonic() - started < 30
+
+
+async def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    code, _, err = await run_cli("--debug", "dump-log", str(tmp_path / "missing"))
+    assert code == 1
+    assert "Traceback" in err
+    assert err.strip().splitlines()[-1].startswith("aiokafka07 dump-log: error: ")
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="needs POSIX signals")
+async def test_ctrl_c_on_waiting_input_exits_130_without_traceback() -> None:
+    """produce waiting on a terminal-like stdin that never ends: Ctrl-C stops it at once,
+    even though a thread is blocked reading."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "aiokafka07", "produce", "t", "--brokers",
+            f"127.0.0.1:{unused_port()}",
+            stdin=read_fd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        await asyncio.sleep(1.0)  # started and waiting for input
+        code, _, err = await stop_cli(proc)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert "produced 0 messages" in err
+    assert "(interrupted)" in err
