@@ -32,6 +32,7 @@ __all__ = [
     "Output",
     "Progress",
     "add_cluster_options",
+    "add_zk_timeout",
     "format_table",
     "human_bytes",
     "parse_broker_partitions",
@@ -76,9 +77,18 @@ def positive_float(text: str) -> float:
     return value
 
 
-def add_cluster_options(
-    parser: argparse.ArgumentParser, *, brokers: bool = True, zookeeper_help: str | None = None
-) -> None:
+def add_zk_timeout(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--zk-timeout``: how long a ZooKeeper connection may take before the tool gives up."""
+    parser.add_argument(
+        "--zk-timeout",
+        type=positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up connecting to ZooKeeper after this long (default 5)",
+    )
+
+
+def add_cluster_options(parser: argparse.ArgumentParser, *, brokers: bool = True) -> None:
     """``--zookeeper`` (and ``--brokers`` where a static list can do) plus ``--zk-timeout``.
 
     Which of them is required is checked by the command (argparse cannot express "one
@@ -89,7 +99,7 @@ def add_cluster_options(
         "-z",
         "--zookeeper",
         metavar="HOST:PORT[,...][/CHROOT]",
-        help=zookeeper_help or "ZooKeeper of the cluster (0.7.2 zk.connect)",
+        help="ZooKeeper of the cluster (0.7.2 zk.connect)",
     )
     if brokers:
         group.add_argument(
@@ -99,13 +109,7 @@ def add_cluster_options(
             help="a static broker list instead of ZooKeeper (0.7.2 broker.list); "
             "entries without ID are numbered 0, 1, ... in order",
         )
-    group.add_argument(
-        "--zk-timeout",
-        type=positive_float,
-        default=5.0,
-        metavar="SECONDS",
-        help="give up connecting to ZooKeeper after this long (default 5)",
-    )
+    add_zk_timeout(group)
 
 
 def zookeeper_session(args: argparse.Namespace, connect: str | None = None) -> ZooKeeper:

@@ -125,6 +125,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--commit-interval-ms",
         type=positive_int,
+        metavar="MS",
         default=10000,
         help="commit offsets this often, and at exit (0.7.2 autocommit.interval.ms, 10000)",
     )
@@ -149,9 +150,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="start at the earliest offset (default: the latest). A named group's committed "
         "offsets of these topics are deleted first, as 0.7.2 does",
     )
-    where.add_argument("-n", "--max-messages", type=positive_int, help="stop after N messages")
     where.add_argument(
-        "--timeout-ms", type=positive_int, help="stop after this long without a message"
+        "-n", "--max-messages", type=positive_int, metavar="N", help="stop after N messages"
+    )
+    where.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        metavar="MS",
+        help="stop after this long without a message",
     )
     where.add_argument(
         "-f",
@@ -162,7 +168,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "length-prefixed (4-byte big-endian length + value)",
     )
     where.add_argument(
-        "--fetch-size", type=positive_int, default=1048576, help="bytes per fetch (1048576)"
+        "--fetch-size",
+        type=positive_int,
+        default=1048576,
+        metavar="BYTES",
+        help="bytes per fetch (1048576)",
     )
     where.add_argument(
         "--progress", action="store_true", help="report progress on stderr every second"

@@ -33,7 +33,7 @@ from ..records import TopicPartition
 from .common import (
     CommandError,
     Progress,
-    add_cluster_options,
+    add_zk_timeout,
     parse_brokers,
     positive_float,
     positive_int,
@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     target = parser.add_argument_group("target (one of)")
     target.add_argument("--target-zookeeper", metavar="HOST:PORT[/CHROOT]")
     target.add_argument("--target-brokers", metavar="[ID:]HOST:PORT,...")
-    add_cluster_options(parser, brokers=False, zookeeper_help=argparse.SUPPRESS)
+    add_zk_timeout(parser)
     parser.add_argument(
         "-g",
         "--group",
@@ -82,6 +82,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--commit-interval-ms",
         type=positive_int,
+        metavar="MS",
         default=10000,
         help="flush the producer and commit offsets this often (10000)",
     )

@@ -83,7 +83,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="latest (default), earliest, ms since the epoch, or an ISO 8601 date-time",
     )
     parser.add_argument(
-        "--max", type=positive_int, default=1, help="at most this many offsets each (1)"
+        "--max", type=positive_int, default=1, metavar="N", help="at most N offsets each (1)"
     )
     parser.add_argument(
         "--broker-partition",

@@ -76,14 +76,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--partition", metavar="BROKER-PARTITION", help="send everything to this partition"
     )
     parser.add_argument(
-        "--batch-size", type=positive_int, default=1000, help="messages per batch (1000)"
+        "--batch-size",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="messages per batch (1000)",
     )
     parser.add_argument(
-        "--linger-ms", type=float, default=5.0, help="wait this long to fill a batch (5)"
+        "--linger-ms",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="wait this long to fill a batch (5)",
     )
     parser.add_argument(
         "--max-message-size",
         type=positive_int,
+        metavar="BYTES",
         default=MAX_MESSAGE_SIZE,
         help=f"refuse larger records (0.7.2 max.message.size, {MAX_MESSAGE_SIZE})",
     )
