@@ -8,6 +8,8 @@ pipelined broker connections and a pool (:mod:`aiokafka07.connection`,
 embedded broker with test fixtures (:mod:`aiokafka07.broker`, :mod:`aiokafka07.testing`).
 """
 
+import logging
+
 from . import errors, protocol
 from .connection import BrokerAddress, BrokerConnection
 from .errors import *  # noqa: F403
@@ -21,6 +23,10 @@ from .records import ConsumerRecord, TopicPartition
 from .simple import FetchResult, SimpleConsumer
 
 __version__ = "0.1.0"
+
+# A library logs, the application decides where that goes: without logging configured,
+# nothing of ours is printed (not even warnings, through logging's last resort).
+logging.getLogger("aiokafka07").addHandler(logging.NullHandler())
 
 __all__ = [
     "EARLIEST",

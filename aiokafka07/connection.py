@@ -159,6 +159,7 @@ class BrokerConnection(asyncio.Protocol):
                 f"cannot connect to {self.address}: {exc.strerror or exc}",
                 broker=str(self.address),
             ) from exc
+        log.info("connected to %s", self.address)
 
     async def __aenter__(self) -> BrokerConnection:
         return self
@@ -178,6 +179,8 @@ class BrokerConnection(asyncio.Protocol):
     async def close(self, timeout: float = 5.0) -> None:
         """Wait up to ``timeout`` for outstanding answers, then close; what is still
         outstanding fails with :class:`KafkaConnectionError`."""
+        if self._closed is None:
+            log.debug("closing the connection to %s", self.address)
         if self._closed is None and self.in_flight:
             pending = [f for f in self._in_flight if not f.done()]
             pending += [r.future for r in self._outbox if r.future and not r.future.done()]
@@ -219,6 +222,8 @@ class BrokerConnection(asyncio.Protocol):
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._closed is None:  # not closed by us: the broker or the network did it
+            log.info("connection to %s lost%s", self.address, f": {exc}" if exc else "")
         self._fail(
             KafkaConnectionError(
                 f"connection to {self.address} lost" + (f": {exc}" if exc else ""),
@@ -250,6 +255,7 @@ class BrokerConnection(asyncio.Protocol):
 
     def _fail_with(self, exc: Exception) -> None:
         """Fail everything outstanding with ``exc`` (bad bytes from the broker)."""
+        log.warning("closing the connection to %s: %s", self.address, exc)
         for future in self._outstanding():
             if not future.done():
                 future.set_exception(exc)
@@ -319,7 +325,10 @@ class BrokerConnection(asyncio.Protocol):
         self._outbox.clear()
         if frames:
             self.requests_sent += len(frames)
-            self._transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            data = frames[0] if len(frames) == 1 else b"".join(frames)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s: wrote %d requests, %d bytes", self.address, len(frames), len(data))
+            self._transport.write(data)
 
     def _timed_out(self, future: asyncio.Future[bytes]) -> None:
         if future.done():
@@ -330,6 +339,7 @@ class BrokerConnection(asyncio.Protocol):
             maybe_delivered=True,
         )
         future.set_exception(reason)
+        log.warning("closing the connection to %s: %s", self.address, reason)
         self._fail(reason, abort=True)
 
     async def _drain(self) -> None:

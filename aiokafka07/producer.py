@@ -327,6 +327,19 @@ class Producer:
             await self.cluster.start()
         self._loop = asyncio.get_running_loop()
         self._started = True
+        log.info(
+            "producer started on %r: compression %s%s, confirm %s (%s when unconfirmed), "
+            "batch_size %d, linger_ms %g, max_in_flight %d, retries %d",
+            self.cluster,
+            self.compression.name.lower(),
+            "" if self.compressed_topics is None else f" for {sorted(self.compressed_topics)}",
+            self.confirm,
+            "retry" if self.retry_unconfirmed else "fail",
+            self.batch_size,
+            self.linger * 1000,
+            self.max_in_flight,
+            self.retries,
+        )
 
     async def flush(self) -> None:
         """Send everything accepted so far and wait until each message is delivered or
@@ -366,6 +379,17 @@ class Producer:
                 await self._pool.close()
             if self._own_cluster and self._started:
                 await self.cluster.close()
+            if self._started:
+                m = self.metrics
+                log.info(
+                    "producer closed: %d messages (%d bytes) sent in %d requests, "
+                    "%d retried, %d failed",
+                    m.messages_sent,
+                    m.bytes_sent,
+                    m.requests_sent,
+                    m.retries,
+                    m.messages_failed,
+                )
         if self._failures:
             failed = self.metrics.messages_failed
             where = ", ".join(
@@ -667,6 +691,14 @@ class Producer:
                     conn.multiproduce_message_sets(entries, confirm=self.confirm, check_sizes=False)
                 )
             self.metrics.requests_sent += 1
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "producing to %s: %d entries, %d messages, %d bytes of payload",
+                    address,
+                    len(entries),
+                    sum(len(b.messages) for b in batches),
+                    sum(b.size for b in batches),
+                )
             # Sizes were checked at send() and when building wrappers (_compressed).
             try:
                 await request

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import NamedTuple, TypeVar
 
@@ -29,6 +30,8 @@ from .protocol.requests import validate_topic
 from .records import ConsumerRecord
 
 __all__ = ["EARLIEST", "LATEST", "FetchResult", "SimpleConsumer"]
+
+log = logging.getLogger("aiokafka07.simple")
 
 T = TypeVar("T")
 
@@ -111,9 +114,10 @@ class SimpleConsumer:
             return await op(conn)
         except RequestTimeoutError:
             raise
-        except KafkaConnectionError:
+        except KafkaConnectionError as exc:
             if not conn.closed:
                 raise
+            log.info("%s; sending the request again on a new connection", exc)
             return await op(await self.connection())
 
     # -- requests -----------------------------------------------------------------------

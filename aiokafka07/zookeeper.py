@@ -140,10 +140,13 @@ class ZooKeeper:
             with contextlib.suppress(asyncio.CancelledError):
                 await monitor
         if client is not None:
+            session_id = client.session.session_id or 0
             try:
                 await asyncio.wait_for(client.close(), self.session_timeout_ms / 1000)
             except Exception as exc:  # an unreachable server: the session expires by itself
-                log.warning("closing the ZooKeeper session failed: %r", exc)
+                log.warning("closing the ZooKeeper session %#x failed: %r", session_id, exc)
+            else:
+                log.info("ZooKeeper session %#x closed", session_id)
 
     def add_session_listener(self, listener: SessionListener) -> None:
         """Call ``listener()`` after a new session replaced an expired one."""

@@ -27,6 +27,7 @@ the mutable state of a log is guarded by a lock that is never held during an ``f
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import struct
 import threading
@@ -59,6 +60,9 @@ __all__ = [
     "parse_log_dir_name",
     "segment_file_name",
 ]
+
+# Named so because ``log`` is what this module calls a partition log.
+logger = logging.getLogger("aiokafka07.broker.log")
 
 #: File name suffix of a segment (Kafka's ``Log.FileSuffix``).
 SEGMENT_SUFFIX = ".kafka"
@@ -320,6 +324,12 @@ class Log:
         """Truncate the newest segment at its first incomplete or invalid entry."""
         valid = _valid_prefix(segment.fd, segment.size, window)
         if valid < segment.size:
+            logger.warning(
+                "recovery: truncating %s from %d to %d bytes (torn or corrupt entries)",
+                segment.path,
+                segment.size,
+                valid,
+            )
             os.ftruncate(segment.fd, valid)
         segment.size = segment.flushed = valid
 

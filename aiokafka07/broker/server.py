@@ -215,7 +215,9 @@ class Broker:
         zk = self.zookeeper
         assert zk is not None
         assert self.logs is not None
-        await zk.create_ephemeral(f"/brokers/ids/{self.broker_id}", self.registration())
+        registration = self.registration()
+        await zk.create_ephemeral(f"/brokers/ids/{self.broker_id}", registration)
+        log.info("broker %d registered in ZooKeeper as %s", self.broker_id, registration)
         self._registered_topics.clear()
         for topic in sorted(self.logs.topics()):
             await self._register_topic(topic)
@@ -284,6 +286,7 @@ class Broker:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.socket_send_buffer)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.socket_receive_buffer)
         peer = writer.get_extra_info("peername")
+        log.debug("broker %d: connection from %s", self.broker_id, peer)
         try:
             await self._ready.wait()
             while True:

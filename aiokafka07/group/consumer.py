@@ -26,6 +26,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -242,6 +243,7 @@ class Consumer:
         self._next_stream = 0
         self.closed = False
         self.rebalances = 0
+        self._members = 0  # group size seen by the last rebalance (for its log line)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -275,6 +277,17 @@ class Consumer:
             self._tasks.append(
                 asyncio.create_task(self._auto_commit(), name=f"{self.consumer_id}-commit")
             )
+        log.info(
+            "%s joined group %s at %s with subscription %s, %d streams, auto_offset_reset %s, "
+            "auto_commit %s",
+            self.consumer_id,
+            self.group,
+            self.connect,
+            self.subscription.registration(),
+            len(self.streams),
+            self.auto_offset_reset,
+            f"every {self.auto_commit_interval * 1000:g} ms" if self.auto_commit else "off",
+        )
 
     async def close(self, *, commit: bool = True) -> None:
         """Leave the group: stop fetching, commit, delete our ids and owner nodes, close
@@ -305,6 +318,7 @@ class Consumer:
             for stream in self.streams:
                 stream._ready.set()
             self._data.set()
+        log.info("%s left group %s", self.consumer_id, self.group)
 
     # -- consuming ---------------------------------------------------------------------
 
@@ -390,6 +404,7 @@ class Consumer:
             offset = owned.consumed  # consumption may go on while ZooKeeper answers
             await self._registry.commit(tp.topic, tp.name, offset)
             owned.committed = offset
+            log.debug("%s: committed %s/%s at %d", self.consumer_id, tp.topic, tp.name, offset)
 
     # -- rebalancing ----------------------------------------------------------------------
 
@@ -415,12 +430,25 @@ class Consumer:
     async def _rebalance(self) -> None:
         """Rebalance until an attempt succeeds (claims can conflict while others release)."""
         attempt = 0
+        began = time.monotonic()
         while True:
             attempt += 1
+            log.debug("%s: rebalance attempt %d", self.consumer_id, attempt)
             try:
                 async with self._lock:
                     if await self._rebalance_once():
                         self.rebalances += 1
+                        log.info(
+                            "%s: rebalance %d of group %s done in %.0f ms (%d attempts, "
+                            "%d members): owns %s",
+                            self.consumer_id,
+                            self.rebalances,
+                            self.group,
+                            (time.monotonic() - began) * 1000,
+                            attempt,
+                            self._members,
+                            _describe(self._owned) or "nothing",
+                        )
                         return
             except (ZooKeeperError, KafkaConnectionError) as exc:
                 log.warning("%s: rebalance attempt %d failed: %s", self.consumer_id, attempt, exc)
@@ -449,6 +477,7 @@ class Consumer:
         if self.consumer_id not in members:
             await registry.register(self.consumer_id, self.subscription)
             members[self.consumer_id] = self.subscription
+        self._members = len(members)
         threads = group_threads(members, available or my_topics)
         self._brokers = await self._read_brokers()
         wanted: dict[TopicPartition, str] = {}
@@ -495,11 +524,10 @@ class Consumer:
             await self.listener.on_partitions_assigned(set(added))
         if revoked or added:
             log.info(
-                "%s: owns %d partitions (+%d -%d)",
+                "%s: assigned %s, revoked %s",
                 self.consumer_id,
-                len(self._owned),
-                len(added),
-                len(revoked),
+                _describe(added) or "nothing",
+                _describe(revoked) or "nothing",
             )
         self._start_fetchers()
         self._rebalanced.set()
@@ -584,6 +612,14 @@ class Consumer:
                 ]
                 epochs = [o.epoch for o in owned]
                 response = await conn.multifetch(requests)
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "%s: fetched %d bytes of %d partitions from %s",
+                        self.consumer_id,
+                        sum(len(answer.message_set) for answer in response.responses),
+                        len(requests),
+                        address,
+                    )
             except KafkaConnectionError as exc:
                 log.warning(
                     "%s: fetching from broker %d failed: %s", self.consumer_id, broker_id, exc
@@ -624,6 +660,14 @@ class Consumer:
         except InvalidMessageSizeError as exc:
             if exc.position == 0 and exc.size is not None and exc.size + 4 <= self.max_fetch_size:
                 owned.fetch_size = max(exc.size + 4, owned.fetch_size * 2)
+                log.info(
+                    "%s/%s: a %d-byte message at offset %d; fetch size now %d",
+                    tp.topic,
+                    tp.name,
+                    exc.size,
+                    owned.fetch_offset,
+                    owned.fetch_size,
+                )
                 return True  # fetch again at once, larger
             owned.stream._put(owned, exc, 0)
             return False
@@ -666,3 +710,11 @@ def _subscription(
         else:
             counts.update(item)
     return Subscription.of_topics(counts)
+
+
+def _describe(partitions: Iterable[TopicPartition]) -> str:
+    """``"events [0-0 0-1], logs [1-0]"``: partitions grouped by topic, for log lines."""
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp)
+    return ", ".join(f"{t} [{' '.join(tp.name for tp in tps)}]" for t, tps in by_topic.items())
