@@ -181,15 +181,18 @@ async def test_ctrl_c_on_waiting_input_exits_130_without_traceback() -> None:
     try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aiokafka07", "produce", "t", "--brokers",
-            f"127.0.0.1:{unused_port()}",
+            f"127.0.0.1:{unused_port()}", "--progress",
             stdin=read_fd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        await asyncio.sleep(1.0)  # started and waiting for input
+        assert proc.stderr is not None
+        # Started and waiting for input: the progress report comes every second.
+        first = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert first == b"produced 0 messages, 0 B (0 msg/s, 0 B/s)\n"
         code, _, err = await stop_cli(proc)
     finally:
         os.close(read_fd)
         os.close(write_fd)
     assert code == 130, err
     assert "Traceback" not in err
-    assert "produced 0 messages" in err
-    assert "(interrupted)" in err
+    assert err.strip().splitlines()[-1].startswith("produced 0 messages (0 B) in ")
+    assert err.strip().endswith(" to t (interrupted)")

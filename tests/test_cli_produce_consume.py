@@ -266,8 +266,8 @@ async def test_simple_mode_static_brokers_and_broken_pipe(
         lines = b"".join(b"%05d %s\n" % (i, b"y" * 90) for i in range(3000))
         await ok("produce", "s", *brokers, "--batch-size", "100", stdin=lines)
         # With --brokers: partition 0 of each broker unless --broker-partition.
-        out = await ok("consume", "s", *brokers, "--from-beginning", "--timeout-ms", "500",
-                       "-f", "json", "-q")  # fmt: skip
+        out = await ok("consume", "s", *brokers, "--from-beginning", "-n", "3000",
+                       "--timeout-ms", "10000", "-f", "json", "-q")  # fmt: skip
         records = parse_json(out)
         assert sorted(value_of(r) for r in records) == lines.splitlines()
         assert {(r["broker_id"], r["partition"]) for r in records} == {(0, 0), (1, 0)}
