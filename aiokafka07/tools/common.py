@@ -33,6 +33,7 @@ __all__ = [
     "Progress",
     "add_cluster_options",
     "add_zk_timeout",
+    "delete_tree",
     "format_table",
     "human_bytes",
     "parse_broker_partitions",
