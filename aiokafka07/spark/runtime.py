@@ -1,0 +1,134 @@
+"""One event loop per Python worker process, reused by every Spark task it runs.
+
+Spark calls data sources from plain threads and reuses Python worker processes across
+tasks. Each process gets one asyncio loop in a daemon thread; tasks submit coroutines to
+it and wait for the answer. Connection pools and ZooKeeper sessions live on that loop
+and are opened on first use, so the objects Spark pickles (options, input partitions)
+hold only plain data, and a process that runs a hundred tasks opens its connections
+once. A forked child never touches its parent's loop: the runtime is per process id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
+
+from ..cluster import Cluster, cluster_from
+from ..pool import ConnectionPool
+from ..zookeeper import ZooKeeper
+
+__all__ = ["WorkerRuntime"]
+
+T = TypeVar("T")
+
+
+class WorkerRuntime:
+    """The process's event loop thread, with pools and sessions cached on it."""
+
+    _instance: WorkerRuntime | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="aiokafka07-spark", daemon=True
+        )
+        self._thread.start()
+        self._pools: dict[float, ConnectionPool] = {}
+        self._zookeepers: dict[str, ZooKeeper] = {}
+        self._clusters: dict[tuple[str | None, str | None], Cluster] = {}
+
+    @classmethod
+    def get(cls) -> WorkerRuntime:
+        """This process's runtime, started on first use."""
+        runtime = cls._instance
+        if runtime is None or runtime.pid != os.getpid():
+            with cls._lock:
+                runtime = cls._instance
+                if runtime is None or runtime.pid != os.getpid():
+                    runtime = cls._instance = WorkerRuntime()
+                    atexit.register(runtime.shutdown)
+        return runtime
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and return its result (or raise its exception)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        """A plain iterator over an async iterator running on the loop; closing the
+        iterator (or abandoning it) closes the async one there too."""
+
+        async def step() -> tuple[bool, T | None]:
+            try:
+                return True, await agen.__anext__()
+            except StopAsyncIteration:
+                return False, None
+
+        try:
+            while True:
+                more, item = self.run(step())
+                if not more:
+                    return
+                yield item  # type: ignore[misc]
+        finally:
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    self.run(aclose())
+
+    async def pool(self, request_timeout: float) -> ConnectionPool:
+        """The shared connection pool for this request timeout (call on the loop)."""
+        pool = self._pools.get(request_timeout)
+        if pool is None or pool.closed:
+            pool = self._pools[request_timeout] = ConnectionPool(request_timeout=request_timeout)
+        return pool
+
+    async def zookeeper(self, connect: str) -> ZooKeeper:
+        """A started ZooKeeper session for ``connect`` (call on the loop)."""
+        zk = self._zookeepers.get(connect)
+        if zk is None:
+            zk = ZooKeeper(connect)
+            await zk.start()
+            self._zookeepers[connect] = zk
+        return zk
+
+    async def cluster(self, zookeeper: str | None, broker_list: str | None) -> Cluster:
+        """A started cluster view (ZooKeeper watches or a static list) for producers."""
+        key = (zookeeper, broker_list)
+        cluster = self._clusters.get(key)
+        if cluster is None:
+            cluster = cluster_from(zookeeper, broker_list)
+            await cluster.start()
+            self._clusters[key] = cluster
+        return cluster
+
+    def shutdown(self) -> None:
+        """Close sessions and connections and stop the loop (at process exit)."""
+        if self.pid != os.getpid() or self.loop.is_closed():
+            return
+
+        async def close_all() -> None:
+            resources: list[Any] = [
+                *self._clusters.values(),
+                *self._zookeepers.values(),
+                *self._pools.values(),
+            ]
+            for resource in resources:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(resource.close(), 2)
+            # Whatever a vanished server left waiting must not outlive the loop.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)

@@ -1,0 +1,276 @@
+"""Streaming reads: micro-batches of offset ranges, offsets checkpointed as JSON.
+
+A streaming offset is ``{"<topic>": {"<broker>-<partition>": offset}}``: every
+broker-partition's next offset. At each micro-batch the brokers and partitions are
+discovered again: a broker-partition seen for the first time enters the map at its
+earliest offset (its data is read from the next micro-batch on, so the plan for each
+batch depends only on the checkpointed offsets); one whose broker left keeps its offset
+and resumes when the broker returns.
+
+``maxBytesPerTrigger`` caps a micro-batch. As 0.7 offsets are byte positions, the cut
+must fall between messages: a segment start where one lies close enough, otherwise the
+end of the last whole message within the allowance, found by fetching that prefix on
+the driver and reading only the entry headers (the one cost of a rate limit).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from ..errors import InvalidMessageSizeError
+from ..group.registry import GroupRegistry
+from ..protocol import decode_message_set
+from ..protocol.responses import FetchResponse
+from .options import ReadOptions
+from .planning import PartitionState
+from .reader import DataLossError, OffsetRange, ranges_for, read_partition, resolve
+from .reader import state_of_partitions as _states
+from .runtime import WorkerRuntime
+
+try:  # PySpark >= 4.2: read limits and Trigger.AvailableNow
+    from pyspark.sql.streaming import datasource as _limits
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older PySpark
+    _limits = None  # type: ignore[assignment]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in base class where PySpark has no AvailableNow support."""
+
+
+__all__ = ["StreamReader", "allot"]
+
+log = logging.getLogger("aiokafka07.spark")
+
+Offsets = dict[str, dict[str, int]]
+
+
+def allot(pending: dict[str, int], budget: int) -> dict[str, int]:
+    """Share ``budget`` bytes among partitions with ``pending`` bytes, evenly, handing
+    what a small partition does not need to the others (water filling)."""
+    share: dict[str, int] = {}
+    left = sorted(pending.items(), key=lambda kv: kv[1])
+    while left:
+        each = budget // len(left)
+        key, need = left[0]
+        if need <= each:
+            share[key] = need
+            budget -= need
+            left.pop(0)
+            continue
+        for key, _ in left:
+            share[key] = each
+        break
+    return share
+
+
+class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
+    """The ``kafka07`` micro-batch stream."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._stop_at: Offsets | None = None  # Trigger.AvailableNow target
+        self._current: Offsets | None = None  # for PySpark < 4.2's latestOffset()
+        self._committed: dict[tuple[str, str], int] = {}
+        self._states_seen: dict[tuple[str, str], PartitionState] = {}
+
+    # -- offsets -----------------------------------------------------------------------
+
+    def _states(self) -> list[PartitionState]:
+        runtime = WorkerRuntime.get()
+        states = runtime.run(_states(self.options, runtime))
+        self._states_seen = {(s.tp.topic, s.name): s for s in states}
+        return states
+
+    def initialOffset(self) -> Offsets:
+        offsets: Offsets = {}
+        for state in self._states():
+            offsets.setdefault(state.tp.topic, {})[state.name] = resolve(
+                self.options.starting, state
+            )
+        self._current = offsets
+        return offsets
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._stop_at = {}
+        for state in self._states():
+            self._stop_at.setdefault(state.tp.topic, {})[state.name] = state.latest
+
+    def getDefaultReadLimit(self) -> Any:
+        limits: Any = _limits
+        if limits is None:
+            return None
+        if self.options.max_bytes_per_trigger is not None:
+            return limits.ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return limits.ReadAllAvailable()
+
+    def latestOffset(self, start: Offsets | None = None, limit: Any = None) -> Offsets:
+        if start is None:  # PySpark < 4.2 asks without a start or a limit
+            start = self._current if self._current is not None else self.initialOffset()
+            budget = self.options.max_bytes_per_trigger
+        else:
+            budget = getattr(limit, "max_bytes", None)
+            # Spark plans a micro-batch only once the previous one is done, so ``start``
+            # is processed: publishing it here also covers the last batch of a run,
+            # which Spark never passes to commit().
+            self.commit(start)
+        end = self._plan(start, budget)
+        self._current = end
+        return end
+
+    def reportLatestOffset(self) -> Offsets:
+        offsets: Offsets = {}
+        for state in self._states():
+            offsets.setdefault(state.tp.topic, {})[state.name] = state.latest
+        return offsets
+
+    def _plan(self, start: Offsets, budget: int | None) -> Offsets:
+        end: Offsets = {topic: dict(offsets) for topic, offsets in start.items()}
+        states = {(s.tp.topic, s.name): s for s in self._states()}
+        targets: dict[tuple[str, str], int] = {}
+        for key, state in states.items():
+            topic, name = key
+            begin = start.get(topic, {}).get(name)
+            if begin is None:
+                # New broker-partition: enters at its earliest offset, read from the next batch.
+                end.setdefault(topic, {})[name] = state.earliest
+                continue
+            if begin < state.earliest or begin > state.latest:
+                lost = (
+                    f"{topic}/{name}: offset {begin} is no longer in the log "
+                    f"({state.earliest}-{state.latest})"
+                )
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(lost + " (set failOnDataLoss=false to go on)")
+                if begin > state.latest:
+                    targets[key] = state.latest  # the task reads the new log from its start
+                    continue
+            target = state.latest
+            if self._stop_at is not None:
+                target = min(target, self._stop_at.get(topic, {}).get(name, begin))
+            if target > begin:
+                targets[key] = target
+        if budget is not None:
+            targets = self._limit(start, targets, states, budget)
+        for (topic, name), offset in targets.items():
+            end.setdefault(topic, {})[name] = offset
+        return end
+
+    def _limit(
+        self,
+        start: Offsets,
+        targets: dict[tuple[str, str], int],
+        states: dict[tuple[str, str], PartitionState],
+        budget: int,
+    ) -> dict[tuple[str, str], int]:
+        """Cut the targets so that the micro-batch holds about ``budget`` bytes."""
+        begins = {key: max(start[key[0]][key[1]], states[key].earliest) for key in targets}
+        pending = {f"{k[0]}\0{k[1]}": t - begins[k] for k, t in targets.items() if t > begins[k]}
+        shares = allot(pending, budget)
+        limited = dict(targets)
+        for flat, share in shares.items():
+            topic, name = flat.split("\0")
+            key = (topic, name)
+            begin = begins[key]
+            if begin + share >= targets[key]:
+                continue
+            limited[key] = self._cut(states[key], begin, share)
+        return limited
+
+    def _cut(self, state: PartitionState, begin: int, share: int) -> int:
+        """The furthest message boundary within ``share`` bytes of ``begin`` (at least
+        one whole message, so every batch makes progress)."""
+        boundary = state.boundary_at_or_before(begin + share)
+        if boundary is not None and boundary > begin:
+            return boundary
+        runtime = WorkerRuntime.get()
+
+        async def probe(size: int) -> FetchResponse:
+            pool = await runtime.pool(self.options.connection.request_timeout)
+            conn = await pool.connection(state.address)
+            return await conn.fetch(state.tp.topic, state.tp.partition, begin, size)
+
+        size = max(share, 1024)
+        while True:
+            response = runtime.run(probe(size))
+            if response.error_code:
+                return state.latest  # the task meets the broker's error and reports it
+            try:
+                return (
+                    begin
+                    + decode_message_set(response.message_set, begin, shallow=True).valid_bytes
+                )
+            except InvalidMessageSizeError as exc:
+                if exc.position != 0 or exc.size is None:
+                    raise
+                size = exc.size + 4  # one message larger than the share: take it whole
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[OffsetRange]:
+        wanted = {
+            (topic, name)
+            for topic, offsets in end.items()
+            for name, stop in offsets.items()
+            if start.get(topic, {}).get(name, stop) != stop
+        }
+        states = self._states_seen
+        if not wanted <= states.keys():  # e.g. replaying a batch after a restart
+            self._states()
+            states = self._states_seen
+        ranges: list[OffsetRange] = []
+        for topic, offsets in end.items():
+            for name, stop in offsets.items():
+                begin = start.get(topic, {}).get(name)
+                state = states.get((topic, name))
+                if begin is None or begin == stop:
+                    continue
+                if state is None:
+                    raise DataLossError(
+                        f"{topic}/{name}: its broker is not registered now; the micro-batch "
+                        "planned from it cannot be read until it returns"
+                    )
+                ranges.extend(
+                    ranges_for(
+                        state, begin, stop, self.options, self.options.max_bytes_per_partition
+                    )
+                )
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # Spark's placeholder when there is nothing to read
+        return read_partition(partition)
+
+    def commit(self, end: Offsets) -> None:
+        """Spark finished the micro-batch: publish the offsets for the ``group``, in
+        ZooKeeper where 0.7 consumers keep theirs, so monitoring tools and
+        ``aiokafka07 groups`` show the job's progress and lag."""
+        group = self.options.group
+        if group is None:
+            return
+        changed = {
+            (topic, name): offset
+            for topic, offsets in end.items()
+            for name, offset in offsets.items()
+            if self._committed.get((topic, name)) != offset
+        }
+        if not changed:
+            return
+        runtime = WorkerRuntime.get()
+        connect = self.options.connection.zookeeper
+        assert connect is not None
+
+        async def publish() -> None:
+            registry = GroupRegistry(await runtime.zookeeper(connect), group)
+            for (topic, name), offset in sorted(changed.items()):
+                await registry.commit(topic, name, offset)
+
+        runtime.run(publish())
+        self._committed.update(changed)
+        log.debug("group %s: committed %d offsets", group, len(changed))
+
+    def stop(self) -> None:
+        """Nothing of its own to release: sessions and pools belong to the process."""

@@ -1,0 +1,124 @@
+"""The ``kafka07`` source's option rules and range arithmetic (no Spark needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+import itertools
+
+from aiokafka07.protocol import EARLIEST, LATEST, Compression
+from aiokafka07.spark.options import OptionError, ReadOptions, WriteOptions
+from aiokafka07.spark.planning import split_range
+from aiokafka07.spark.stream import allot
+
+ZK = {"zookeeper": "127.0.0.1:2181/kafka"}
+
+
+def read(streaming: bool = False, **options: str) -> ReadOptions:
+    return ReadOptions.parse(options, streaming=streaming)
+
+
+def test_defaults_and_case_insensitive_names() -> None:
+    o = read(ZOOKEEPER="127.0.0.1:2181", Topic="events", MAXBYTESPERPARTITION="1000")
+    assert o.topics == ["events"]
+    assert o.starting.kind == "earliest"
+    assert o.ending.kind == "latest"
+    assert o.max_bytes_per_partition == 1000
+    assert o.fail_on_data_loss is True
+    assert read(True, topics="b, a,b", **ZK).topics == ["a", "b"]
+    assert read(True, topic="a", **ZK).starting.kind == "latest"  # streams start at the end
+
+
+def test_offsets_json_short_and_nested_forms() -> None:
+    o = read(topic="t", startingOffsets='{"0-1": 40, "1-0": -2}', **ZK)
+    assert o.starting.for_partition("t", "0-1") == 40
+    assert o.starting.for_partition("t", "1-0") == EARLIEST
+    assert o.starting.for_partition("t", "2-0") == EARLIEST  # unnamed: the default
+    o = read(topics="a,b", endingOffsets='{"a": {"0-0": 80}}', **ZK)
+    assert o.ending.for_partition("a", "0-0") == 80
+    assert o.ending.for_partition("b", "0-0") == LATEST
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"topic": "t"}, "'zookeeper'"),
+        ({"topic": "t", "brokers": "0:127.0.0.1:1", **ZK}, "'zookeeper'"),
+        (ZK, "'topic'"),
+        ({"topic": "t", "topics": "u", **ZK}, "'topicPattern'"),
+        ({"topic": "t", "colour": "blue", **ZK}, "'colour'"),
+        ({"topic": "t", "startingOffsets": "{nope", **ZK}, "'startingOffsets'"),
+        ({"topic": "t", "startingOffsets": '{"0-0": "x"}', **ZK}, "'startingOffsets'"),
+        ({"topic": "t", "startingOffsets": '{"zero": 1}', **ZK}, "'startingOffsets'"),
+        ({"topics": "a,b", "startingOffsets": '{"0-0": 1}', **ZK}, "'startingOffsets'"),
+        ({"topic": "t", "startingOffsets": '{"u": {"0-0": 1}}', **ZK}, "'startingOffsets'"),
+        ({"topic": "t", "endingOffsets": "earliest", **ZK}, "'endingOffsets'"),
+        ({"topic": "t", "maxBytesPerPartition": "lots", **ZK}, "'maxBytesPerPartition'"),
+        ({"topic": "t", "maxBytesPerPartition": "0", **ZK}, "'maxBytesPerPartition'"),
+        ({"topic": "t", "failOnDataLoss": "maybe", **ZK}, "'failOnDataLoss'"),
+        ({"topic": "t", "group": "g", **ZK}, "'group'"),  # batch reads have no commit
+        ({"topic": "t", "maxBytesPerTrigger": "10", **ZK}, "'maxBytesPerTrigger'"),
+        ({"topic": "bad/name", **ZK}, "'topic'"),
+        ({"topicPattern": "(", **ZK}, "'topicPattern'"),
+        ({"topicPattern": "a.*", "brokers": "0:127.0.0.1:9092"}, "'topicPattern'"),
+        ({"topic": "t", "brokers": "0:127.0.0.1:9092"}, "'partitionsPerBroker'"),
+        ({"topic": "t", "brokers": "zero:127.0.0.1:9092"}, "'brokers'"),
+        ({"topic": "t", "zookeeper": "127.0.0.1:x"}, "'zookeeper'"),
+    ],
+)
+def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:
+    with pytest.raises(OptionError, match=named):
+        read(**options)
+
+
+def test_stream_only_and_batch_only_options() -> None:
+    assert read(True, topic="t", group="g", maxBytesPerTrigger="100", **ZK).group == "g"
+    with pytest.raises(OptionError, match="'endingOffsets'"):
+        read(True, topic="t", endingOffsets="latest", **ZK)
+    with pytest.raises(OptionError, match="'group'"):
+        read(True, topic="t", group="g", brokers="0:127.0.0.1:1", partitionsPerBroker="1")
+
+
+def test_write_options() -> None:
+    o = WriteOptions.parse({"brokers": "0:127.0.0.1:9092", "topic": "t", "compression": "gzip"})
+    assert (o.topic, o.compression, o.confirm) == ("t", Compression.GZIP, True)
+    assert WriteOptions.parse({**ZK, "confirm": "false"}).confirm is False
+    with pytest.raises(OptionError, match="'compression'"):
+        WriteOptions.parse({**ZK, "compression": "lz4"})
+    with pytest.raises(OptionError, match="'startingOffsets'"):
+        WriteOptions.parse({**ZK, "topic": "t", "startingOffsets": "earliest"})
+
+
+BOUNDARIES = [0, 100, 250, 260, 900, 1000]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "limit", "expected"),
+    [
+        (0, 1000, None, [(0, 1000)]),
+        (0, 1000, 300, [(0, 260), (260, 900), (900, 1000)]),
+        (0, 1000, 100, [(0, 100), (100, 250), (250, 260), (260, 900), (900, 1000)]),
+        (0, 1000, 5000, [(0, 1000)]),
+        (100, 900, 10, [(100, 250), (250, 260), (260, 900)]),
+        (300, 800, 100, [(300, 800)]),  # no boundary inside: stays whole
+        (5, 5, 10, []),
+    ],
+)
+def test_split_range_cuts_only_at_boundaries(
+    start: int, end: int, limit: int | None, expected: list[tuple[int, int]]
+) -> None:
+    ranges = split_range(start, end, BOUNDARIES, limit)
+    assert ranges == expected
+    # Contiguous, covering exactly [start, end).
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
+def test_allot_shares_a_budget_evenly_and_passes_on_what_is_not_needed() -> None:
+    assert allot({"a": 10, "b": 1000, "c": 1000}, 610) == {"a": 10, "b": 300, "c": 300}
+    assert allot({"a": 10, "b": 20}, 1000) == {"a": 10, "b": 20}
+    shares = allot({"a": 500, "b": 500, "c": 500}, 100)
+    assert sum(shares.values()) <= 100
+    assert set(shares.values()) == {33}
