@@ -228,7 +228,7 @@ class Producer:
 
     Exactly one of ``zookeeper`` (``zk.connect``) and ``brokers`` (``broker.list``) is
     given, or a shared ``cluster``. ``compression`` applies to ``compressed_topics`` (all
-    topics when None), as ``compression.codec`` / ``compressed.topics`` do.
+    topics when None or empty), as ``compression.codec`` / ``compressed.topics`` do.
     """
 
     def __init__(
@@ -269,11 +269,14 @@ class Producer:
             )
         if on_unconfirmed not in ("retry", "fail"):
             raise ValueError("on_unconfirmed must be 'retry' or 'fail'")
-        if batch_size < 1 or batch_bytes < 1 or max_in_flight < 1 or retries < 0:
+        if batch_size < 1 or batch_bytes < 1 or max_in_flight < 1:
             raise ValueError("batch_size, batch_bytes and max_in_flight must be positive")
+        if retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {retries}")
         self.cluster = cluster
         self.compression = Compression.parse(compression)
-        self.compressed_topics = None if compressed_topics is None else frozenset(compressed_topics)
+        # CONFIG §2.1: an empty compressed.topics compresses every topic, as None does.
+        self.compressed_topics = frozenset(compressed_topics or ()) or None
         self.value_serializer = value_serializer or _default_serializer
         self._plain_values = value_serializer is None
         self.key_serializer = key_serializer
@@ -526,7 +529,15 @@ class Producer:
         m = self.metrics
         m.queued_messages += 1
         m.queued_bytes += len(data)
-        self._last_queue = self._enqueue(_Message(topic, data, key, partition, future, raw))
+        try:
+            queue = self._enqueue(_Message(topic, data, key, partition, future, raw))
+        except BaseException:
+            # Not accepted (a key the partitioner cannot hash, a partitioner that raised):
+            # the caller gets the error, and the buffer is as it was.
+            future.cancel()
+            self._release(1, len(data))
+            raise
+        self._last_queue = queue
         return future
 
     async def send_and_wait(
@@ -602,10 +613,19 @@ class Producer:
         return random.choice(candidates)
 
     def _enqueue(self, message: _Message) -> _BrokerQueue | None:
-        """Route a message into its broker's batch; the queue, or None if it failed."""
+        """Route a message into its broker's batch; the queue, or None if it failed.
+
+        A routing error that is not a KafkaError (from a partitioner) is raised; a
+        message being retried is failed with it instead (see :meth:`_retry`).
+        """
         try:
             broker_id, partition = self._route(message)
         except KafkaError as exc:
+            self._fail([message], exc, (message.topic, None, -1))
+            return None
+        except Exception as exc:
+            if not message.attempts:
+                raise
             self._fail([message], exc, (message.topic, None, -1))
             return None
         queue = self._queues.get(broker_id)
@@ -660,7 +680,10 @@ class Producer:
 
     def _encode_payloads(self, topic: str, payloads: list[bytes]) -> list[bytes]:
         """Payloads as message sets: one wrapper when compressed, split in halves if a
-        wrapper's compressed payload would exceed max.message.size."""
+        wrapper's compressed payload would exceed max.message.size; a single message
+        whose wrapper is still too large (incompressible data near the limit) goes
+        uncompressed, which fits since send() checked its size (the broker would drop
+        the wrapper silently)."""
         codec = self.compression
         if codec is Compression.NONE or (
             self.compressed_topics is not None and topic not in self.compressed_topics
@@ -669,9 +692,18 @@ class Producer:
         return self._compressed(payloads, codec)
 
     def _compressed(self, payloads: list[bytes], codec: Compression) -> list[bytes]:
-        wrapper = encode_wrapper(codec, encode_message_set(payloads))
-        if len(wrapper) - entry_size(0) <= self.max_message_size or len(payloads) == 1:
+        plain = encode_message_set(payloads)
+        wrapper = encode_wrapper(codec, plain)
+        if len(wrapper) - entry_size(0) <= self.max_message_size:
             return [wrapper]
+        if len(payloads) == 1:
+            log.debug(
+                "a %d-byte message is sent uncompressed: compressed, it would exceed "
+                "max.message.size %d",
+                len(payloads[0]),
+                self.max_message_size,
+            )
+            return [plain]
         half = len(payloads) // 2
         return self._compressed(payloads[:half], codec) + self._compressed(payloads[half:], codec)
 

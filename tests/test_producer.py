@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ from aiokafka07.errors import (
 )
 from aiokafka07.partitioner import java_hash_code, java_partition_index
 from aiokafka07.producer import Producer
+from aiokafka07.protocol import decode_message_set
 from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
+from aiokafka07.zookeeper import ZooKeeper
 
 from .wire import eventually
 
@@ -276,3 +279,121 @@ async def test_unconfirmed_batches_fail_or_retry_as_chosen(kafka_cluster: Any, p
             assert closed.value.undelivered == 1
             assert p.metrics.retries == 1 + 2
             assert all_values(await read_logs(cluster, "refused")).count(b"fine") >= 1
+
+
+async def shallow_log(cluster: KafkaCluster, topic: str, partition: int) -> list[Any]:
+    """The top-level entries (compressed wrappers undecompressed) of one partition of
+    broker 0."""
+    broker = cluster.broker(0)
+    async with SimpleConsumer(broker.host, broker.port) as c:
+        conn = await c.connection()
+        answer = await conn.fetch(topic, partition, 0, 16 << 20)
+    assert answer.error_code == 0
+    return decode_message_set(answer.message_set, shallow=True).messages
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy"])
+async def test_incompressible_message_at_the_size_limit_is_delivered(
+    kafka_cluster: Any, codec: str
+) -> None:
+    """Random bytes grow when compressed: a wrapper around a message of max.message.size
+    bytes exceeds the limit, and the broker would drop it silently. It goes uncompressed
+    instead (its payload fits), and so does any other message whose wrapper is too big."""
+    big = os.urandom(1_000_000)
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        async with Producer(brokers=cluster.broker_list, compression=codec) as p:
+            result = await p.send_and_wait("big", big, partition=(0, 0))
+            assert result.confirmed
+            small = [b"small %d " % i * 10 for i in range(20)]
+            futures = [await p.send("big", v, partition=(0, 0)) for v in small[:10]]
+            futures.append(await p.send("big", big, partition=(0, 0)))
+            futures += [await p.send("big", v, partition=(0, 0)) for v in small[10:]]
+            await asyncio.gather(*futures)
+        logs = await read_logs(cluster, "big")
+        assert logs[(0, 0)] == [big, *small[:10], big, *small[10:]]
+        entries = await shallow_log(cluster, "big", 0)
+        assert all(len(e.value) <= 1_000_000 for e in entries)
+        assert [len(e.value) for e in entries if e.attributes == 0].count(1_000_000) == 2
+        assert any(e.attributes != 0 for e in entries)  # the small ones stay compressed
+
+
+async def test_errors_at_accept_leave_nothing_queued(kafka_cluster: Any, zookeeper: str) -> None:
+    """A key the default partitioner cannot hash, or a partitioner that raises, fails
+    send() at once and leaves the buffer as it was (a full-looking buffer would block
+    every later send())."""
+
+    def broken(key: Any, n: int) -> int:
+        raise RuntimeError("partitioner bug")
+
+    async with kafka_cluster(1, num_partitions=2):
+        async with Producer(zookeeper=zookeeper, max_buffered_messages=3, linger_ms=1) as p:
+            for _ in range(5):
+                with pytest.raises(TypeError, match="float key"):
+                    await p.send("keys", b"x", key=3.5)
+                with pytest.raises(TypeError, match="float key"):
+                    p.send_nowait("keys", b"x", key=3.5)
+            assert (p.metrics.queued_messages, p.metrics.queued_bytes) == (0, 0)
+            result = await asyncio.wait_for(p.send_and_wait("keys", b"ok", key="k"), 5)
+            assert result.confirmed
+        async with Producer(
+            zookeeper=zookeeper, partitioner=broken, max_buffered_messages=3, linger_ms=1
+        ) as p:
+            for _ in range(5):
+                with pytest.raises(RuntimeError, match="partitioner bug"):
+                    await p.send("keys", b"x", key="k")
+            assert (p.metrics.queued_messages, p.metrics.queued_bytes) == (0, 0)
+            await asyncio.wait_for(p.send_and_wait("keys", b"keyless"), 5)
+            assert p.metrics.queued_messages == 0
+
+
+async def test_partitioner_failing_on_a_retry_fails_the_message(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """A message routed again for a retry whose partitioner raises is failed with that
+    error: never left pending, never counted as queued."""
+    calls = 0
+
+    def flaky(key: Any, n: int) -> int:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RuntimeError("partitioner bug")
+        return n - 1  # (0, 2), which the broker does not have: it refuses the produce
+
+    async with kafka_cluster(1, num_partitions=1), ZooKeeper(zookeeper) as zk:
+        # A registration claiming 3 partitions where the broker has 1 (a misconfiguration).
+        await zk.write_persistent("/brokers/topics/flaky/0", "3")
+        p = Producer(zookeeper=zookeeper, partitioner=flaky, retry_backoff_ms=5)
+        await p.start()
+        await eventually(lambda: len(p.cluster.partitions("flaky")) == 3)
+        future = await p.send("flaky", b"x", key="k")
+        with pytest.raises(RuntimeError, match="partitioner bug"):
+            await asyncio.wait_for(future, 5)
+        with pytest.raises(ProducerClosedError) as closed:
+            await p.close()
+        assert closed.value.undelivered == 1
+        assert (p.metrics.queued_messages, p.metrics.queued_bytes) == (0, 0)
+
+
+@pytest.mark.parametrize("topics", [[], ()])
+async def test_empty_compressed_topics_compresses_every_topic(
+    kafka_cluster: Any, topics: Any
+) -> None:
+    # CONFIG §2.1: an empty compressed.topics means all topics.
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        async with Producer(
+            brokers=cluster.broker_list, compression="gzip", compressed_topics=topics
+        ) as p:
+            values = [b"compress me %d" % i for i in range(50)]
+            await asyncio.gather(*[await p.send("any", v, partition=(0, 0)) for v in values])
+        assert all_values(await read_logs(cluster, "any")) == values
+        entries = await shallow_log(cluster, "any", 0)
+        assert entries
+        assert all(e.attributes == 1 for e in entries)
+
+
+async def test_invalid_numbers_are_named() -> None:
+    with pytest.raises(ValueError, match="retries"):
+        Producer(brokers="0:127.0.0.1:1", retries=-1)
+    with pytest.raises(ValueError, match="batch_size"):
+        Producer(brokers="0:127.0.0.1:1", batch_size=0)
