@@ -24,7 +24,13 @@ from typing import Any
 import pytest
 
 from aiokafka07 import LATEST, ConsumerRecord, Producer, SimpleConsumer
-from aiokafka07.errors import KafkaError, OffsetOutOfRangeError, ZooKeeperError
+from aiokafka07.errors import (
+    InvalidMessageError,
+    InvalidPartitionError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    ZooKeeperError,
+)
 from aiokafka07.group import assign_group
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.records import TopicPartition
@@ -611,6 +617,7 @@ async def test_session_expiry_reregisters_and_keeps_committed_progress(
             assert sorted(collector.values()) == sorted(first + second)  # no redelivery
             assert_records_match_sources(collector.records)
             await collector.stop()
+            await consumer.close(commit=True)  # (without auto-commit close() does not)
         await assert_committed_at_log_ends(zk, cluster)
 
 
@@ -772,6 +779,124 @@ async def test_auto_offset_reset_error_without_offsets_fails_start_and_leaves_th
             await collector.stop()
 
 
+async def test_default_auto_offset_reset_is_smallest(kafka_cluster: Any, zookeeper: str) -> None:
+    """0.7.2's autooffset.reset defaults to smallest (CONFIG §3): a new group reads the
+    data that is already there."""
+    async with (
+        kafka_cluster(1, num_partitions=2),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        old = await produce(producer, TOPIC, partitions_of(ONE_BY_TWO), 3, "old")
+        await wait_registered(zk, TOPIC, ONE_BY_TWO)
+        async with Consumer(TOPIC, group="fresh", zookeeper=zookeeper) as consumer:
+            assert consumer.auto_offset_reset == "smallest"
+            assert {consumer.position(tp) for tp in consumer.assignment()} == {0}
+            got = [(await asyncio.wait_for(consumer.getone(), 10)).value for _ in old]
+        assert sorted(got) == sorted(old)
+
+
+# -- 6b. corrupt data and broker errors reach the application ---------------------------------
+
+
+def flip_payload_byte(cluster: KafkaCluster, topic: str, partition: int, offset: int) -> None:
+    """Corrupt the entry at ``offset`` on disk (its CRC no longer matches)."""
+    directory = cluster.broker(0).config.log_dir / f"{topic}-{partition}"
+    (segment,) = directory.glob("*.kafka")
+    with segment.open("r+b") as f:
+        f.seek(offset + 4 + 6)  # size, magic, attributes, CRC: the payload's first byte
+        byte = f.read(1)
+        f.seek(offset + 4 + 6)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+async def test_corrupt_message_comes_after_the_good_ones_once(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """Messages before a corrupt entry are handed out once; then the error is raised
+    once (getmany, getone, iteration), and the partition waits for a seek past it."""
+    tp = TopicPartition(TOPIC, 0, 0)
+    async with (
+        kafka_cluster(1, num_partitions=1) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        values = []
+        for i in range(5):  # one entry each
+            values.append(value_for("k", 0, 0, i))
+            await producer.send_and_wait(TOPIC, values[-1], partition=(0, 0))
+        await wait_registered(zk, TOPIC, {0: 1})
+        entry = 4 + 6 + len(values[0])
+        flip_payload_byte(cluster, TOPIC, 0, 2 * entry)
+        async with member(zookeeper, auto_commit=False) as consumer:
+            # getmany hands out what came before the corrupt entry, and keeps the error
+            # for the next call instead of losing those records.
+            first = await consumer.getmany(timeout_ms=5000)
+            assert [r.value for r in first[tp]] == values[:2]
+            with pytest.raises(InvalidMessageError, match=rf"{TOPIC}/0-0.* {2 * entry}"):
+                await consumer.getmany(timeout_ms=5000)
+            assert consumer.position(tp) == 2 * entry
+            # No more fetching of that partition: no redelivery, no pile of errors.
+            await asyncio.sleep(0.3)  # 30 fetch backoffs
+            assert len(consumer.streams[0]._chunks) == 0
+            assert await consumer.getmany(timeout_ms=200) == {}
+            # A seek fetches again: the same two messages once, then the error, which
+            # iteration raises too.
+            consumer.seek(tp, 0)
+            got: list[bytes] = []
+
+            async def iterate() -> None:
+                async for record in consumer:
+                    got.append(record.value)
+
+            with pytest.raises(InvalidMessageError):
+                await iterate()
+            assert got == values[:2]
+            consumer.consumer_timeout = 0.2
+            assert [r async for r in consumer] == []
+            # Skipping the corrupt entry gets the rest.
+            consumer.seek(tp, 3 * entry)
+            rest = [await asyncio.wait_for(consumer.getone(), 5) for _ in range(2)]
+            assert [r.value for r in rest] == values[3:]
+
+
+async def test_broker_error_codes_reach_the_application(kafka_cluster: Any, zookeeper: str) -> None:
+    """A registration claiming more partitions than the broker has: FETCH of the missing
+    one gets error 3, which the application sees once as InvalidPartitionError; the
+    other partition goes on."""
+    good, missing = TopicPartition(TOPIC, 0, 0), TopicPartition(TOPIC, 0, 1)
+    async with (
+        kafka_cluster(1, num_partitions=1),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        first = await produce(producer, TOPIC, [(0, 0)], 3, "e")
+        await wait_registered(zk, TOPIC, {0: 1})
+        await zk.write_persistent(f"/brokers/topics/{TOPIC}/0", "2")
+        # (A committed offset: OFFSETS for a partition the broker lacks closes the socket.)
+        await zk.write_persistent(f"/consumers/g/offsets/{TOPIC}/0-1", "0")
+        async with member(zookeeper, consumer_timeout_ms=300) as consumer:
+            assert consumer.assignment() == {good, missing}
+            got: list[bytes] = []
+            errors: list[KafkaError] = []
+            for _ in range(10):  # until the consumer timeout ends an iteration
+                try:
+                    async for record in consumer:
+                        got.append(record.value)
+                    break
+                except KafkaError as exc:
+                    errors.append(exc)
+            assert sorted(got) == sorted(first)
+            assert len(errors) == 1, errors
+            assert isinstance(errors[0], InvalidPartitionError)
+            assert f"{TOPIC}/0-1" in str(errors[0])
+            assert errors[0].code == 3
+            second = await produce(producer, TOPIC, [(0, 0)], 3, "f")
+            batch = await consumer.getmany(timeout_ms=5000)
+            assert [r.value for r in batch[good]] == second
+            assert await consumer.getmany(timeout_ms=200) == {}
+
+
 # -- 7. compressed data, several streams, topic filters ----------------------------------------
 
 
@@ -791,6 +916,7 @@ async def test_compressed_data_carries_0_7_2_offsets(
             got: list[ConsumerRecord] = []
             while len(got) < len(values):
                 got.append(await asyncio.wait_for(consumer.getone(), 10))
+            await consumer.close(commit=True)
         assert [r.value for r in got] == values
         # Inside a wrapper starting at S and ending at E: S, S, ..., S, E; the next
         # wrapper starts at E.
@@ -815,7 +941,7 @@ async def test_compressed_data_carries_0_7_2_offsets(
             for start, indexes in zip(starts, wrappers, strict=True):
                 result = await simple.fetch(TOPIC, 0, start)
                 assert result.messages[0].value == got[indexes[0]].value
-        # Closing committed the end of the last wrapper.
+        # Closing with commit=True committed the end of the last wrapper.
         assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(end)
 
         # Stopping inside a wrapper commits its start: the whole wrapper comes again.
@@ -826,6 +952,7 @@ async def test_compressed_data_carries_0_7_2_offsets(
             for i in range(first + 2):  # up to the second message of that wrapper
                 assert (await asyncio.wait_for(consumer.getone(), 10)).value == values[i]
             assert consumer.position(TopicPartition(TOPIC, 0, 0)) == starts[number] > 0
+            await consumer.close(commit=True)
         assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(starts[number])
         async with member(zookeeper, auto_commit=False) as consumer:
             again = [await asyncio.wait_for(consumer.getone(), 10) for _ in range(3)]
@@ -963,7 +1090,9 @@ async def test_getmany_getone_position_seek_and_manual_commit(
             assert consumer.position(tp0) == ends["0-0"]
             with pytest.raises(KafkaError):
                 consumer.seek(TopicPartition(TOPIC, 7, 0), 0)
-        # close() committed every position.
+            await consumer.close(commit=True)
+        # close(commit=True) committed every position (without it: nothing, as
+        # auto_commit is off).
         offsets = await committed_offsets(zk, "g", TOPIC)
         assert offsets == {name: str(end) for name, end in ends.items()}
 
@@ -1010,7 +1139,7 @@ async def test_records_handed_out_while_closing_are_committed(
         await consumer.start()
         handed_out = [await consumer.getone()]
         await eventually(lambda: consumer.streams[0].buffered_bytes > 4000)  # most of it
-        closing = asyncio.create_task(consumer.close())
+        closing = asyncio.create_task(consumer.close(commit=True))
         while not closing.done():  # an application task still iterating meanwhile
             record = consumer.streams[0].next_nowait()
             if record is not None:
@@ -1139,7 +1268,7 @@ async def test_close_leaves_no_task_and_no_znode_and_commits(
         whole = Collector(consumer)  # the consumer's own iterator, too
         await wait_delivered([*collectors, whole], produced)
         assert await zk.get_children("/consumers/g/ids") == [consumer.consumer_id]
-        await consumer.close()
+        await consumer.close(commit=True)  # (auto_commit is off: commit only when told)
         # Iterators end; no task of the consumer (or of its ZooKeeper client) is left.
         for collector in [*collectors, whole]:
             await asyncio.wait_for(collector.task, 2)
@@ -1149,6 +1278,49 @@ async def test_close_leaves_no_task_and_no_znode_and_commits(
         assert await zk.get_children(f"/consumers/g/owners/{TOPIC}") == []
         await assert_committed_at_log_ends(zk, cluster)
         await consumer.close()  # twice is fine
+
+
+async def test_close_commits_only_with_auto_commit_unless_told(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """ZOOKEEPER §5.4: shutdown commits if autocommit.enable; close(commit=...) decides
+    explicitly."""
+    async with (
+        kafka_cluster(1, num_partitions=1) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        produced = await produce(producer, TOPIC, [(0, 0)], 5, "c")
+        await wait_registered(zk, TOPIC, {0: 1})
+        (end,) = (await log_ends(cluster, TOPIC)).values()
+        path = f"/consumers/g/offsets/{TOPIC}/0-0"
+
+        async def consume_all(consumer: Consumer) -> None:
+            got = [await asyncio.wait_for(consumer.getone(), 10) for _ in produced]
+            assert [r.value for r in got] == produced
+
+        consumer = member(zookeeper, auto_commit=False)
+        await consumer.start()
+        await consume_all(consumer)
+        await consumer.close()
+        assert await zk.get_data(path) == "0"  # the start, committed when claimed
+        consumer = member(zookeeper, auto_commit=False)
+        await consumer.start()
+        await consume_all(consumer)
+        await consumer.close(commit=True)
+        assert await zk.get_data(path) == str(end)
+        await zk.write_persistent(path, "0")
+        consumer = member(zookeeper, auto_commit_interval_ms=60_000)
+        await consumer.start()
+        await consume_all(consumer)
+        await consumer.close()
+        assert await zk.get_data(path) == str(end)
+        await zk.write_persistent(path, "0")
+        consumer = member(zookeeper, auto_commit_interval_ms=60_000)
+        await consumer.start()
+        await consume_all(consumer)
+        await consumer.close(commit=False)
+        assert await zk.get_data(path) == "0"
 
 
 # -- a member in another process, killed ----------------------------------------------------------

@@ -39,6 +39,7 @@ from ..errors import (
     OffsetOutOfRangeError,
     ProtocolError,
     ZooKeeperError,
+    error_for_code,
 )
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST, FetchRequest, decode_messages_into
@@ -70,6 +71,7 @@ class _Owned:
         "epoch",
         "fetch_offset",
         "fetch_size",
+        "halted",
         "stream",
         "thread",
         "tp",
@@ -86,6 +88,8 @@ class _Owned:
         self.committed: int | None = None
         self.fetch_size = fetch_size
         self.epoch = 0  # bumped by seek(): answers of fetches sent before are dropped
+        # An error was queued for the application: not fetched again until seek().
+        self.halted = False
 
 
 _NO_OWNER: Any = None  # the owner slot of an error that belongs to no partition
@@ -125,6 +129,11 @@ class Stream:
 
     def next_nowait(self) -> ConsumerRecord | None:
         """The next record if one is buffered (raises a fetch error queued for it)."""
+        return self._next(raise_errors=True)
+
+    def _next(self, *, raise_errors: bool) -> ConsumerRecord | None:
+        """The next record; at a queued error, raise it or (``raise_errors=False``)
+        leave it queued and return None."""
         if self._consumer.closed:
             return None  # closing commits what was handed out; nothing more is
         while True:
@@ -135,6 +144,8 @@ class Stream:
                 self._owner.consumed = record.offset
                 return record
             if not self._chunks:
+                return None
+            if not raise_errors and isinstance(self._chunks[0][1], BaseException):
                 return None
             owner, records, size = self._chunks.popleft()
             self.buffered_bytes -= size
@@ -171,7 +182,15 @@ class Consumer:
 
     ``topics`` are names (``streams`` streams each) or a map topic → streams; or give
     ``whitelist`` / ``blacklist`` (a 0.7.2 topic filter) instead. ``auto_offset_reset`` is
-    ``"smallest"``, ``"largest"`` (0.7.2's default) or ``"error"``.
+    ``"smallest"`` (0.7.2's default), ``"largest"`` or ``"error"``.
+
+    Errors of a partition's data or fetches (a corrupt message, a message larger than
+    ``max_fetch_size``, a broker error code such as InvalidPartition, OffsetOutOfRange with
+    ``"error"``) come out of iteration, :meth:`getone` and :meth:`getmany` as typed
+    :class:`~aiokafka07.errors.KafkaError` subclasses naming the partition and offset,
+    after the records fetched before them. That partition is then not fetched again
+    until :meth:`seek` (e.g. past a corrupt message) or a rebalance gives it to a new
+    owner; the others go on.
 
     With ``shallow`` (0.7.2's ``shallowiterator.enable``) a compressed wrapper is handed out
     as one record, not decompressed: its value is the compressed payload, its
@@ -188,7 +207,7 @@ class Consumer:
         streams: int = 1,
         whitelist: str | None = None,
         blacklist: str | None = None,
-        auto_offset_reset: str = "largest",
+        auto_offset_reset: str = "smallest",
         auto_commit: bool = True,
         auto_commit_interval_ms: int = 10000,
         consumer_timeout_ms: float | None = None,
@@ -289,16 +308,20 @@ class Consumer:
             f"every {self.auto_commit_interval * 1000:g} ms" if self.auto_commit else "off",
         )
 
-    async def close(self, *, commit: bool = True) -> None:
+    async def close(self, *, commit: bool | None = None) -> None:
         """Leave the group: stop fetching, commit, delete our ids and owner nodes, close
         the session. Iterators end.
 
-        ``commit=False`` leaves the committed offsets as they are: for a caller that could
-        not finish handling what it was handed (a mirror whose producer failed), so the
-        group resumes from the last progress it did record.
+        ``commit`` defaults to ``auto_commit``, as 0.7.2's shutdown commits only with
+        ``autocommit.enable`` (ZOOKEEPER §5.4). ``commit=False`` leaves the committed
+        offsets as they are: for a caller that could not finish handling what it was
+        handed (a mirror whose producer failed), so the group resumes from the last
+        progress it did record; ``commit=True`` commits what was handed out.
         """
         if self.closed:
             return
+        if commit is None:
+            commit = self.auto_commit
         self.closed = True
         for task in self._tasks:
             task.cancel()
@@ -357,7 +380,9 @@ class Consumer:
         while max_records is None or count < max_records:
             record = None
             for stream in self.streams:
-                record = stream.next_nowait()
+                # An error is raised only before any record: the records gathered so far
+                # are handed out (they count as consumed), the error comes next call.
+                record = stream._next(raise_errors=not count)
                 if record is not None:
                     break
             if record is None:
@@ -385,12 +410,13 @@ class Consumer:
         return await self._registry.committed(tp.topic, tp.name)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Consume ``tp`` from ``offset`` on (it must be owned); buffered records of it are
-        dropped."""
+        """Consume ``tp`` from ``offset`` on (it must be owned); buffered records and
+        errors of it are dropped, and a partition stopped by an error is fetched again."""
         owned = self._owned.get(tp)
         if owned is None:
             raise KafkaError(f"{tp.topic}/{tp.name} is not assigned to this consumer")
         owned.epoch += 1
+        owned.halted = False
         owned.fetch_offset = owned.consumed = offset
         owned.stream._drop({tp})
 
@@ -595,7 +621,9 @@ class Consumer:
             owned = [
                 o
                 for o in self._owned.values()
-                if o.tp.broker_id == broker_id and o.stream.buffered_bytes < self.max_prefetch_bytes
+                if o.tp.broker_id == broker_id
+                and not o.halted
+                and o.stream.buffered_bytes < self.max_prefetch_bytes
             ]
             if not owned:
                 self._room.clear()
@@ -634,6 +662,14 @@ class Consumer:
             if not got_data:
                 await asyncio.sleep(self.fetch_backoff)
 
+    def _halt(self, owned: _Owned, exc: KafkaError) -> None:
+        """Queue ``exc`` for the application, behind the partition's records, and stop
+        fetching the partition until it is sought (ZOOKEEPER §5.1: an error chunk, after
+        which 0.7.2's fetcher stops)."""
+        owned.halted = True
+        owned.stream._put(owned, exc, 0)
+        log.warning("%s: %s; not fetched again until seek() or a rebalance", self.consumer_id, exc)
+
     async def _deliver(self, owned: _Owned, answer: Any) -> bool:
         tp = owned.tp
         if answer.error_code == OffsetOutOfRangeError.code:
@@ -642,10 +678,17 @@ class Consumer:
                     tp, owned.fetch_offset
                 )
             except OffsetOutOfRangeError as exc:
-                owned.stream._put(owned, exc, 0)
+                self._halt(owned, exc)
             return False
         if answer.error_code:
-            log.warning("%s/%s: broker error code %d", tp.topic, tp.name, answer.error_code)
+            error = error_for_code(answer.error_code)
+            self._halt(
+                owned,
+                error(
+                    f"{tp.topic}/{tp.name}: broker error code {answer.error_code} "
+                    f"({error.__name__}) fetching offset {owned.fetch_offset}"
+                ),
+            )
             return False
         records: list[ConsumerRecord] = []
         try:
@@ -657,8 +700,13 @@ class Consumer:
                 message_type=ConsumerRecord,
                 prefix=(tp.topic, tp.broker_id, tp.partition),
             )
-        except InvalidMessageSizeError as exc:
-            if exc.position == 0 and exc.size is not None and exc.size + 4 <= self.max_fetch_size:
+        except ProtocolError as exc:
+            if (
+                isinstance(exc, InvalidMessageSizeError)
+                and exc.position == 0
+                and exc.size is not None
+                and exc.size + 4 <= self.max_fetch_size
+            ):
                 owned.fetch_size = max(exc.size + 4, owned.fetch_size * 2)
                 log.info(
                     "%s/%s: a %d-byte message at offset %d; fetch size now %d",
@@ -669,13 +717,15 @@ class Consumer:
                     owned.fetch_size,
                 )
                 return True  # fetch again at once, larger
-            owned.stream._put(owned, exc, 0)
-            return False
-        except ProtocolError as exc:
-            if exc.decoded is not None and exc.decoded.messages:
-                owned.stream._put(owned, list(exc.decoded.messages), exc.decoded.valid_bytes)
-            owned.stream._put(owned, exc, 0)
-            return False
+            # The messages before the bad entry are good: hand them out once, then the
+            # error, at the bad entry's offset (the position after those messages).
+            good = exc.decoded.valid_bytes if exc.decoded is not None else 0
+            if good:
+                owned.stream._put(owned, list(exc.decoded.messages), good)
+                owned.fetch_offset += good
+            exc.args = (f"{tp.topic}/{tp.name} at offset {owned.fetch_offset}: {exc}",)
+            self._halt(owned, exc)
+            return good > 0
         if not valid:
             return False
         owned.fetch_offset += valid
