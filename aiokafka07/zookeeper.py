@@ -122,9 +122,13 @@ class ZooKeeper:
         except (asyncio.TimeoutError, OSError, zk_exc.ZKError) as exc:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), 1.0)
+            if isinstance(exc, asyncio.TimeoutError):
+                reason = "no server answered"  # (aiozk keeps retrying refused connections)
+            else:
+                reason = str(exc) or type(exc).__name__
             raise ZooKeeperError(
                 f"cannot open a ZooKeeper session at {self.connect} "
-                f"within {self.connection_timeout_ms} ms: {exc or type(exc).__name__}"
+                f"within {self.connection_timeout_ms} ms: {reason}"
             ) from exc
         self._client = client
         self._monitor = asyncio.create_task(self._watch_sessions(), name="zookeeper-sessions")

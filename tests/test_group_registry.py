@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from typing import Any
 
 import pytest
@@ -103,3 +105,26 @@ async def test_topic_registrations_from_real_brokers(kafka_cluster: Any, zookeep
         assert "reg" in await registry.topics()
         await zk.create_ephemeral("/brokers/topics/reg/7", "not-a-number")
         assert await registry.topic_registrations("reg") == {0: 3, 1: 3}
+
+
+async def test_unreachable_zookeeper_is_a_complete_error() -> None:
+    """A timeout says what went wrong, instead of ending in a bare colon."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts, never answers
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]  # nothing listens here once the socket is closed
+    async with server:
+        silent_port = server.sockets[0].getsockname()[1]
+        for port in (silent_port, dead):
+            zk = ZooKeeper(f"127.0.0.1:{port}", connection_timeout_ms=300)
+            with pytest.raises(ZooKeeperError) as info:
+                await zk.start()
+            assert str(info.value) == (
+                f"cannot open a ZooKeeper session at 127.0.0.1:{port} within 300 ms: "
+                "no server answered"
+            )
