@@ -86,7 +86,8 @@ class Worker:
             for tp in sorted(consumer.assignment()):
                 self.committed[f"{tp.topic}/{tp.name}"] = await consumer.committed(tp)
         # Leaving the block closed the consumer: it left the group and released its
-        # partitions (close() commits too, which here changes nothing).
+        # partitions (with auto_commit off, close() does not commit: everything was
+        # committed above).
 
 
 def stop_on_signals(stop: asyncio.Event) -> None:

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -66,3 +68,15 @@ def test_group_benchmark_reports_throughput_memory_and_convergence() -> None:
     assert figures["memory"]["backlog_mb"] == 10
     assert figures["convergence"]["join_s"] > 0
     assert figures["convergence"]["leave_s"] > 0
+
+
+def test_spark_benchmark_reports_both_core_counts_and_the_ceiling() -> None:
+    pytest.importorskip("pyspark")
+    figures = run_json("bench_spark.py", "--messages", "40000", "--partitions", "2", "--runs", "1")
+    assert figures["library_single_process"]["rows"] == 40000
+    for cores in ("local[1]", "local[2]"):
+        spark = figures["spark"][cores]
+        assert spark["rows"] == 40000  # Spark read every message once
+        assert spark["rows_per_s"] > 0
+        assert spark["ceiling_rows_per_s"] > 0
+    assert figures["scaling_2_over_1"] > 0

@@ -170,11 +170,24 @@ def check_aiohttp_app(lines: list[str]) -> None:
     assert lines[-1] == "shut down: 23 of 23 queued messages delivered, 0 failed"
 
 
+def check_spark_pipeline(lines: list[str]) -> None:
+    produced = next(line for line in lines if line.startswith("produced: "))
+    counts = produced.removeprefix("produced: ")
+    assert sum(int(item.split("=")[1]) for item in counts.split(", ")) == 600
+    batch = [line.split() for line in lines if line.startswith("  /")]
+    assert ", ".join(f"{page}={n}" for page, n in batch) == counts
+    streaming = next(line for line in lines if line.startswith("streaming job ("))
+    assert int(streaming.split("(")[1].split()[0]) > 1  # several micro-batches
+    assert streaming.endswith(f"): {counts}")
+    assert lines[-1] == f"written to pageview-counts and read back: {counts}"
+
+
 CHECKS = {
     "aiohttp_app.py": check_aiohttp_app,
     "codec_tour.py": check_codec_tour,
     "fan_out.py": check_fan_out,
     "keyed_producer.py": check_keyed_producer,
+    "spark_pipeline.py": check_spark_pipeline,
     "topic_filter.py": check_topic_filter,
     "worker.py": check_worker,
 }

@@ -109,19 +109,37 @@ def ranges_for(
     return [make(s, e) for s, e in split_range(start, end, state.boundaries, max_bytes)]
 
 
-def _batch(tp: TopicPartition, records: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
-    n = len(records)
-    columns = list(zip(*records, strict=False))
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-            pa.repeat(pa.scalar(tp.broker_id, pa.int32()), n),
-            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-            pa.array(columns[3], pa.int64()),
-            pa.array(columns[4], pa.binary()),
-        ],
-        schema=SCHEMA,
-    )
+class _BatchBuilder:
+    """Arrow record batches for one broker-partition's records.
+
+    The topic, broker and partition columns are constant: built once, at the largest
+    size seen, and sliced (without copying) for each batch.
+    """
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self._constants: list[pa.Array] = []
+
+    def batch(self, records: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
+        n = len(records)
+        if not self._constants or len(self._constants[0]) < n:
+            size = max(n, 2 * len(self._constants[0]) if self._constants else n)
+            self._constants = [
+                pa.array([self.tp.topic] * size, pa.string()),
+                pa.array([self.tp.broker_id] * size, pa.int32()),
+                pa.array([self.tp.partition] * size, pa.int32()),
+            ]
+        topic, broker, partition = (c.slice(0, n) for c in self._constants)
+        return pa.RecordBatch.from_arrays(
+            [
+                topic,
+                broker,
+                partition,
+                pa.array([r[3] for r in records], pa.int64()),
+                pa.array([r[4] for r in records], pa.binary()),
+            ],
+            schema=SCHEMA,
+        )
 
 
 async def _earliest(consumer: SimpleConsumer, r: OffsetRange) -> int:
@@ -140,7 +158,7 @@ async def read_range(r: OffsetRange, runtime: WorkerRuntime) -> AsyncIterator[pa
         max_fetch_size=max(r.fetch_size, 64 << 20),
         pool=pool,
     )
-    tp = TopicPartition(r.topic, r.broker_id, r.partition)
+    builder = _BatchBuilder(TopicPartition(r.topic, r.broker_id, r.partition))
     start, end = r.start, r.end
     if end < start:
         lost = f"{r.name}: the log now ends at {end}, before offset {start} where reading stopped"
@@ -152,7 +170,7 @@ async def read_range(r: OffsetRange, runtime: WorkerRuntime) -> AsyncIterator[pa
         batches = consumer.batches(r.topic, r.partition, start, end_offset=end)
         try:
             async for result in batches:
-                yield _batch(tp, result.messages)
+                yield builder.batch(result.messages)
             return
         except OffsetOutOfRangeError:
             earliest = await _earliest(consumer, r)
