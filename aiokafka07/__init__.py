@@ -1,11 +1,13 @@
 """aiokafka07: an asyncio client library for Apache Kafka 0.7.
 
-So far: the sans-IO codec (:mod:`aiokafka07.protocol`), one exception hierarchy
+The sans-IO codec (:mod:`aiokafka07.protocol`), one exception hierarchy
 (:mod:`aiokafka07.errors`), Java-compatible partitioning (:mod:`aiokafka07.partitioner`),
 pipelined broker connections and a pool (:mod:`aiokafka07.connection`,
 :mod:`aiokafka07.pool`), the :class:`SimpleConsumer`, the cluster view
-(:mod:`aiokafka07.cluster`), the :class:`Producer`, the group :class:`Consumer`, and an
-embedded broker with test fixtures (:mod:`aiokafka07.broker`, :mod:`aiokafka07.testing`).
+(:mod:`aiokafka07.cluster`), the :class:`Producer`, the group :class:`Consumer`, a PySpark
+data source (:mod:`aiokafka07.spark`, optional extra), console tools (:mod:`aiokafka07.cli`,
+:mod:`aiokafka07.tools`), the demo pipeline (:mod:`aiokafka07.demo`) and an embedded
+broker with test fixtures (:mod:`aiokafka07.broker`, :mod:`aiokafka07.testing`).
 """
 
 import logging

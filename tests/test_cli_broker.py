@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from aiokafka07.protocol import encode_message_set, encode_produce_request
 from aiokafka07.zookeeper import ZooKeeper
 
@@ -94,3 +96,24 @@ async def test_bad_arguments_give_one_clear_error(tmp_path: Path) -> None:
         "--zookeeper", "127.0.0.1:1", "--log-dir", str(tmp_path),
         "--set", "zk.connectiontimeout.ms=500",
     )  # fmt: skip
+
+
+def test_keys_a_0_7_2_broker_accepts_without_reading_are_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from aiokafka07.broker import BrokerConfig
+
+    config = BrokerConfig.from_properties(
+        {
+            "brokerid": "3",
+            "log.dir": str(tmp_path),
+            "enable.zookeeper": "false",
+            "zk.synctime.ms": "2000",
+            "mirror.topics.whitelist": "a.*",
+        }
+    )
+    assert config.broker_id == 3
+    assert "ignoring zk.synctime.ms=2000" in caplog.text
+    assert "ignoring mirror.topics.whitelist=a.*" in caplog.text
+    with pytest.raises(ValueError, match=r"unknown broker config key 'log\.flush\.intervall'"):
+        BrokerConfig.from_properties({"brokerid": "0", "log.flush.intervall": "1"})

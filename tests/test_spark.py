@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -327,3 +328,42 @@ async def test_streaming_write_copies_a_topic(
         assert query.exception() is None
         copied = [r[4] for r in await log_contents(cluster, "dst")]
     assert sorted(copied) == values
+
+
+async def test_undeliverable_write_fails_the_job(spark: SparkSession) -> None:
+    frame = spark.createDataFrame([("a",), ("b",)], "value string")
+    with pytest.raises(Exception, match=r"ProducerClosedError|not delivered"):
+        await spark_call(
+            frame.write.format("kafka07")
+            .option("brokers", "0:127.0.0.1:1")  # nothing listens there
+            .option("topic", "t")
+            .option("requestTimeoutMs", "2000")
+            .mode("append")
+            .save
+        )
+
+
+def test_format_is_found_without_registering(tmp_path: Path) -> None:
+    """PySpark finds the source through the installed ``pyspark_kafka07`` module."""
+    script = tmp_path / "lookup.py"
+    script.write_text(
+        "import os, sys\n"
+        "os.environ['PYSPARK_PYTHON'] = sys.executable\n"
+        "os.environ['SPARK_LOCAL_IP'] = '127.0.0.1'\n"
+        "from pyspark.sql import SparkSession\n"
+        "spark = (SparkSession.builder.master('local[1]')\n"
+        "         .config('spark.ui.enabled', 'false')\n"
+        "         .config('spark.driver.host', '127.0.0.1')\n"
+        "         .config('spark.driver.bindAddress', '127.0.0.1').getOrCreate())\n"
+        "df = (spark.read.format('kafka07').option('brokers', '0:127.0.0.1:1')\n"
+        "      .option('topic', 't').option('partitionsPerBroker', '1').load())\n"
+        "print(df.schema.simpleString())\n"
+        "spark.stop()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "struct<topic:string,broker_id:int,partition:int,offset:bigint,value:binary>" in (
+        result.stdout
+    )

@@ -11,12 +11,15 @@ test clusters where durability across power loss does not matter but speed does.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .log import LogConfig
+
+log = logging.getLogger("aiokafka07.broker")
 
 __all__ = ["BrokerConfig", "parse_properties"]
 
@@ -52,6 +55,17 @@ def _topic_map(text: str, key: str) -> dict[str, int]:
         except ValueError:
             raise ValueError(f"{key}: {value!r} for topic {topic!r} is not an integer") from None
     return result
+
+
+#: Keys a 0.7.2 broker accepts without using them, and why (CONFIG §0, §4).
+IGNORED_KEYS = {
+    "zk.synctime.ms": "only the consumer's rebalance.backoff.ms default reads it",
+    "mirror.topics.whitelist": "0.7.0's embedded mirroring; nothing reads it in 0.7.2",
+    "mirror.topics.blacklist": "0.7.0's embedded mirroring; nothing reads it in 0.7.2",
+    "mirror.consumer.numthreads": "0.7.0's embedded mirroring; nothing reads it in 0.7.2",
+    "embeddedconsumer.topics": "a 0.6-era key; nothing reads it in 0.7.2",
+    "socket.buffer.size": "a misspelling the 0.7.2 tools set; nothing reads it",
+}
 
 
 @dataclass
@@ -136,10 +150,18 @@ class BrokerConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **overrides: Any) -> BrokerConfig:
-        """Build from 0.7.2 ``server.properties`` keys; unknown keys are refused."""
+        """Build from 0.7.2 ``server.properties`` keys.
+
+        Keys 0.7.2 accepts but never reads (CONFIG §0, §4) are ignored with a warning, so
+        a real broker's properties file works unchanged; any other unknown key is refused
+        (most likely a typo that would otherwise be silently ignored).
+        """
         by_key = {f.metadata["key"]: f for f in fields(cls)}
         values: dict[str, Any] = {}
         for key, raw in properties.items():
+            if key in IGNORED_KEYS:
+                log.warning("ignoring %s=%s: %s", key, raw, IGNORED_KEYS[key])
+                continue
             spec = by_key.get(key)
             if spec is None:
                 raise ValueError(f"unknown broker config key {key!r}")

@@ -1,8 +1,9 @@
 """``aiokafka07 broker``: run an embedded Kafka 0.7.2-compatible broker until stopped.
 
-Options map onto 0.7.2 ``server.properties`` keys (``--set`` takes any of them), so a
-broker can be started from an existing properties file. Ctrl-C / SIGTERM stop it cleanly
-(flushed logs, clean-shutdown marker, registration removed), exit status 0.
+Options map onto 0.7.2 ``server.properties`` keys (``--set`` takes any key a 0.7.2 broker
+reads; keys it accepts without reading are ignored with a warning), so a broker can be
+started from an existing properties file. Ctrl-C / SIGTERM stop it cleanly (logs flushed,
+registration removed), exit status 0; the newest segment is recovered at every start.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     properties.setdefault("brokerid", "0")
     if "log.dir" not in properties:
         raise ValueError("--log-dir (log.dir) is required")
-    if properties.get("enable.zookeeper", "true") == "true" and "zk.connect" not in properties:
+    zookeeper = properties.get("enable.zookeeper", "true").strip().lower() == "true"
+    if zookeeper and "zk.connect" not in properties:
         raise ValueError("--zookeeper (zk.connect) is required unless --no-zookeeper is given")
     return BrokerConfig.from_properties(properties)
 
