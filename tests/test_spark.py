@@ -367,3 +367,24 @@ def test_format_is_found_without_registering(tmp_path: Path) -> None:
     assert "struct<topic:string,broker_id:int,partition:int,offset:bigint,value:binary>" in (
         result.stdout
     )
+
+
+async def test_one_job_reads_one_cluster_and_writes_another(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str
+) -> None:
+    """Both clusters have a broker 0: each keeps its own connections in the workers."""
+    other = f"{zookeeper}-target"
+    async with kafka_cluster(1, num_partitions=2), kafka_cluster(1, zookeeper=other) as target:
+        values = [b"copy-%04d" % i for i in range(2000)]
+        await produce(zookeeper, "src", values, "gzip", [(0, 0), (0, 1)])
+        source = await load(spark, zookeeper, topic="src")
+        await spark_call(
+            source.select("value")
+            .write.format("kafka07")
+            .option("zookeeper", other)
+            .option("topic", "copy")
+            .mode("append")
+            .save
+        )
+        copied = [r[4] for r in await log_contents(target, "copy")]
+    assert sorted(copied) == values

@@ -187,6 +187,11 @@ class Connection:
     broker_list: str | None
     request_timeout: float
 
+    @property
+    def name(self) -> str:
+        """The cluster's identity: its ZooKeeper connect string or broker list."""
+        return self.zookeeper or self.broker_list or ""
+
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Connection:
         zookeeper = (options.get("zookeeper") or "").strip() or None

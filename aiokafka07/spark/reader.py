@@ -18,7 +18,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..connection import BrokerAddress
 from ..errors import KafkaError, OffsetOutOfRangeError
 from ..protocol import EARLIEST, LATEST
 from ..records import TopicPartition
@@ -64,6 +63,7 @@ class OffsetRange(InputPartition):
     ``fail_on_data_loss`` false the task reads it from its earliest offset up to ``end``.
     """
 
+    cluster: str
     topic: str
     broker_id: int
     partition: int
@@ -92,6 +92,7 @@ def ranges_for(
 
     def make(s: int, e: int) -> OffsetRange:
         return OffsetRange(
+            options.connection.name,
             tp.topic,
             tp.broker_id,
             tp.partition,
@@ -149,7 +150,7 @@ async def _earliest(consumer: SimpleConsumer, r: OffsetRange) -> int:
 
 async def read_range(r: OffsetRange, runtime: WorkerRuntime) -> AsyncIterator[pa.RecordBatch]:
     """Arrow record batches of every message in the range (runs on the worker's loop)."""
-    pool = await runtime.pool(r.request_timeout)
+    pool = await runtime.pool(r.cluster, r.request_timeout)
     consumer = SimpleConsumer(
         r.host,
         r.port,
@@ -199,7 +200,8 @@ async def state_of_partitions(options: ReadOptions, runtime: WorkerRuntime) -> l
     found = await discover(
         options.connection, options.topics, options.pattern, options.partitions_per_broker, zk
     )
-    return await describe(found, await runtime.pool(options.connection.request_timeout))
+    c = options.connection
+    return await describe(found, await runtime.pool(c.name, c.request_timeout))
 
 
 def resolve(spec: OffsetSpec, state: PartitionState) -> int:
@@ -254,7 +256,3 @@ class BatchReader(DataSourceReader):
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark's placeholder when there is nothing to read
         return read_partition(partition)
-
-
-def address_of(r: OffsetRange) -> BrokerAddress:
-    return BrokerAddress(r.broker_id, r.host, r.port)

@@ -40,7 +40,7 @@ class WorkerRuntime:
             target=self.loop.run_forever, name="aiokafka07-spark", daemon=True
         )
         self._thread.start()
-        self._pools: dict[float, ConnectionPool] = {}
+        self._pools: dict[tuple[str, float], ConnectionPool] = {}
         self._zookeepers: dict[str, ZooKeeper] = {}
         self._clusters: dict[tuple[str | None, str | None], Cluster] = {}
 
@@ -82,11 +82,14 @@ class WorkerRuntime:
                 with contextlib.suppress(Exception):
                     self.run(aclose())
 
-    async def pool(self, request_timeout: float) -> ConnectionPool:
-        """The shared connection pool for this request timeout (call on the loop)."""
-        pool = self._pools.get(request_timeout)
+    async def pool(self, cluster: str, request_timeout: float) -> ConnectionPool:
+        """The shared connection pool for one cluster and request timeout (call on the
+        loop). Pools know brokers by id, so two clusters (a job reading one and writing
+        another) must not share one."""
+        key = (cluster, request_timeout)
+        pool = self._pools.get(key)
         if pool is None or pool.closed:
-            pool = self._pools[request_timeout] = ConnectionPool(request_timeout=request_timeout)
+            pool = self._pools[key] = ConnectionPool(request_timeout=request_timeout)
         return pool
 
     async def zookeeper(self, connect: str) -> ZooKeeper:

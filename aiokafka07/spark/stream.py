@@ -190,7 +190,8 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         runtime = WorkerRuntime.get()
 
         async def probe(size: int) -> FetchResponse:
-            pool = await runtime.pool(self.options.connection.request_timeout)
+            c = self.options.connection
+            pool = await runtime.pool(c.name, c.request_timeout)
             conn = await pool.connection(state.address)
             return await conn.fetch(state.tp.topic, state.tp.partition, begin, size)
 

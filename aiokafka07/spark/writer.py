@@ -115,7 +115,9 @@ class _Writer:
                 cluster=await runtime.cluster(
                     options.connection.zookeeper, options.connection.broker_list
                 ),
-                pool=await runtime.pool(options.connection.request_timeout),
+                pool=await runtime.pool(
+                    options.connection.name, options.connection.request_timeout
+                ),
                 compression=options.compression,
                 confirm=options.confirm,
                 batch_size=options.batch_size,
