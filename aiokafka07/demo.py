@@ -26,7 +26,6 @@ import contextlib
 import logging
 import os
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from .pool import ConnectionPool
 from .producer import Producer
 from .protocol import LATEST
 from .simple import SimpleConsumer
+from .testing.process import start_broker_process
 from .testing.zookeeper_server import ZooKeeperNotInstalled, ZooKeeperServer, zookeeper_classpath
 
 __all__ = ["configure", "run"]
@@ -51,7 +51,6 @@ LOG_LEVEL = logging.WARNING
 TOPIC = "pageviews"
 COUNTS_TOPIC = "pageview-counts"
 CODECS = ("none", "gzip", "snappy")
-LISTENING = re.compile(r"broker (\d+) listening on ([\d.]+):(\d+)")
 
 Counts = dict[str, int]
 
@@ -118,44 +117,16 @@ class LocalCluster:
 async def _start_broker(
     broker_id: int, root: Path, zookeeper: str | None, partitions: int
 ) -> tuple[asyncio.subprocess.Process, BrokerAddress]:
-    args = [
-        "--broker-id",
-        str(broker_id),
-        "--port",
-        "0",
-        "--log-dir",
-        str(root / f"broker-{broker_id}"),
-        "--partitions",
-        str(partitions),
-        # Visible within 200 ms of a write, without an fsync per batch.
-        "--set",
-        "log.flush.interval=10000",
-        "--set",
-        "log.default.flush.scheduler.interval.ms=200",
-        "--set",
-        "log.flush.fsync=false",
-    ]
-    args += ["--zookeeper", zookeeper] if zookeeper else ["--no-zookeeper"]
+    log_dir = root / f"broker-{broker_id}"
     # An empty partition log: the broker opens it at start-up and registers the topic,
     # as on a cluster that has been running for a while, so producers see every
     # partition from the first message (0.7 creates a topic at its first write).
-    (root / f"broker-{broker_id}" / f"{TOPIC}-0").mkdir(parents=True, exist_ok=True)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "aiokafka07",
-        "broker",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+    (log_dir / f"{TOPIC}-0").mkdir(parents=True, exist_ok=True)
+    # Visible within 200 ms of a write, without an fsync per batch.
+    settings = {"log.flush.interval": "10000", "log.default.flush.scheduler.interval.ms": "200"}
+    return await start_broker_process(
+        log_dir, broker_id=broker_id, partitions=partitions, zookeeper=zookeeper, settings=settings
     )
-    assert process.stdout is not None
-    line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
-    match = LISTENING.search(line)
-    if match is None:
-        process.kill()
-        raise RuntimeError(f"broker {broker_id} did not start: {line!r}")
-    return process, BrokerAddress(broker_id, match.group(2), int(match.group(3)))
 
 
 @contextlib.asynccontextmanager
