@@ -46,6 +46,8 @@ __all__ = [
     "cluster_from",
     "parse_broker_list",
     "parse_broker_registration",
+    "read_brokers",
+    "read_topic_registrations",
 ]
 
 log = logging.getLogger("aiokafka07.cluster")
@@ -149,6 +151,44 @@ def _parse_partition_count(topic: str, broker_id: int, value: str | None) -> int
         value,
     )
     return None
+
+
+async def read_brokers(zookeeper: ZooKeeper) -> dict[int, BrokerAddress]:
+    """The registered brokers (``/brokers/ids/*``), read once without a watch. Entries
+    that are not broker ids, vanished while read, or hold no usable address are skipped."""
+    brokers: dict[int, BrokerAddress] = {}
+    for name in await zookeeper.get_children(BROKER_IDS_PATH):
+        if not _DECIMAL.fullmatch(name):
+            continue
+        try:
+            host, port = parse_broker_registration(
+                await zookeeper.get_data(f"{BROKER_IDS_PATH}/{name}")
+            )
+        except ZooKeeperError:
+            continue  # gone meanwhile, or not host:port
+        brokers[int(name)] = BrokerAddress(int(name), host, port)
+    return brokers
+
+
+async def read_topic_registrations(zookeeper: ZooKeeper, topic: str) -> dict[int, int]:
+    """Broker id → partition count from ``/brokers/topics/<topic>``, read once without a
+    watch; entries that are not numbers are skipped with a warning, as they cannot be
+    used, and a broker that left while read is skipped."""
+    registrations: dict[int, int] = {}
+    path = f"{BROKER_TOPICS_PATH}/{topic}"
+    for child in await zookeeper.get_children(path):
+        try:
+            value = await zookeeper.get_data(f"{path}/{child}")
+        except ZooKeeperError:
+            continue  # the broker went away while we read
+        try:
+            broker_id, count = int(child), int(value or "")
+        except ValueError:
+            log.warning("ignoring %s/%s = %r: not a broker's partition count", path, child, value)
+            continue
+        if count > 0:
+            registrations[broker_id] = count
+    return registrations
 
 
 # -- events --------------------------------------------------------------------------

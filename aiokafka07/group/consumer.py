@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ..cluster import parse_broker_registration
+from ..cluster import read_brokers
 from ..connection import BrokerAddress
 from ..errors import (
     InvalidMessageSizeError,
@@ -505,7 +505,7 @@ class Consumer:
             members[self.consumer_id] = self.subscription
         self._members = len(members)
         threads = group_threads(members, available or my_topics)
-        self._brokers = await self._read_brokers()
+        self._brokers = await read_brokers(self._zk)
         wanted: dict[TopicPartition, str] = {}
         for topic, count in my_topics.items():
             registrations = await registry.topic_registrations(topic)
@@ -558,19 +558,6 @@ class Consumer:
         self._start_fetchers()
         self._rebalanced.set()
         return True
-
-    async def _read_brokers(self) -> dict[int, BrokerAddress]:
-        brokers: dict[int, BrokerAddress] = {}
-        for child in await self._zk.get_children("/brokers/ids"):
-            try:
-                host, port = parse_broker_registration(
-                    await self._zk.get_data(f"/brokers/ids/{child}")
-                )
-            except ZooKeeperError:
-                continue
-            if child.isdigit():
-                brokers[int(child)] = BrokerAddress(int(child), host, port)
-        return brokers
 
     async def _starting_offset(self, tp: TopicPartition) -> int:
         committed = await self._registry.committed(tp.topic, tp.name)

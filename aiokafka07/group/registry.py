@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from ..cluster import read_topic_registrations
 from ..errors import ZNodeConflictError, ZooKeeperError
 from ..zookeeper import ZooKeeper
 from .subscription import Subscription
@@ -69,23 +70,7 @@ class GroupRegistry:
     async def topic_registrations(self, topic: str) -> dict[int, int]:
         """Broker id → partition count from ``/brokers/topics/<topic>``; entries that are
         not numbers are skipped with a warning, as they cannot be assigned."""
-        registrations: dict[int, int] = {}
-        path = f"/brokers/topics/{topic}"
-        for child in await self.zookeeper.get_children(path):
-            try:
-                value = await self.zookeeper.get_data(f"{path}/{child}")
-            except ZooKeeperError:
-                continue  # the broker went away while we read
-            try:
-                broker_id, count = int(child), int(value or "")
-            except ValueError:
-                log.warning(
-                    "ignoring %s/%s = %r: not a broker's partition count", path, child, value
-                )
-                continue
-            if count > 0:
-                registrations[broker_id] = count
-        return registrations
+        return await read_topic_registrations(self.zookeeper, topic)
 
     # -- ownership -------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..cluster import parse_broker_registration
+from ..cluster import BROKER_TOPICS_PATH, read_brokers, read_topic_registrations
 from ..connection import BrokerAddress
 from ..errors import KafkaError, ZooKeeperError
 from ..pool import ConnectionPool
@@ -33,9 +33,6 @@ __all__ = [
     "discover",
     "split_range",
 ]
-
-BROKER_IDS = "/brokers/ids"
-BROKER_TOPICS = "/brokers/topics"
 
 #: Enough OFFSETS entries to list every segment of a partition (0.7.2 answers newest first).
 MAX_SEGMENTS = 1 << 20
@@ -118,49 +115,26 @@ async def discover(
             for p in range(partitions_per_broker)
         ]
     assert zookeeper is not None
-    brokers: dict[int, BrokerAddress] = {}
-    for name in await zookeeper.get_children(BROKER_IDS):
-        if not name.isdigit():
-            continue
-        value = await zookeeper.get_data(f"{BROKER_IDS}/{name}")
-        address = _registration(int(name), value)
-        if address is not None:
-            brokers[int(name)] = address
+    brokers = await read_brokers(zookeeper)
     if topics is None:
         assert pattern is not None
         regex = re.compile(pattern)
-        topics = sorted(
-            t for t in await zookeeper.get_children(BROKER_TOPICS) if regex.fullmatch(t)
-        )
+        names = await zookeeper.get_children(BROKER_TOPICS_PATH)
+        topics = sorted(t for t in names if regex.fullmatch(t))
     found: list[tuple[TopicPartition, BrokerAddress]] = []
     for topic in topics:
-        path = f"{BROKER_TOPICS}/{topic}"
         try:
-            registered = await zookeeper.get_children(path)
+            registered = await read_topic_registrations(zookeeper, topic)
         except ZooKeeperError:
-            if await zookeeper.exists(path):
+            if await zookeeper.exists(f"{BROKER_TOPICS_PATH}/{topic}"):
                 raise
             continue  # nobody has written the topic yet
-        for name in sorted(registered, key=lambda n: (len(n), n)):
-            if not name.isdigit() or int(name) not in brokers:
-                continue  # a registration outliving its broker
-            count = (await zookeeper.get_data(f"{path}/{name}") or "").strip()
-            if not count.isdigit():
-                raise ZooKeeperError(
-                    f"{path}/{name} holds {count!r}, not a partition count (ZOOKEEPER §2)"
+        for broker_id, count in registered.items():
+            if broker_id in brokers:  # else a registration outliving its broker
+                found.extend(
+                    (TopicPartition(topic, broker_id, p), brokers[broker_id]) for p in range(count)
                 )
-            found.extend(
-                (TopicPartition(topic, int(name), p), brokers[int(name)]) for p in range(int(count))
-            )
     return sorted(found)
-
-
-def _registration(broker_id: int, value: str | None) -> BrokerAddress | None:
-    try:
-        host, port = parse_broker_registration(value)
-    except ZooKeeperError:
-        return None  # an unusable registration: as the producer does, skip that broker
-    return BrokerAddress(broker_id, host, port)
 
 
 async def describe(

@@ -20,9 +20,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import IO, Any, TextIO
 
-from ..cluster import parse_broker_list, parse_broker_registration
+from ..cluster import parse_broker_list, read_brokers, read_topic_registrations
 from ..connection import BrokerAddress
-from ..errors import ZooKeeperError
 from ..records import TopicPartition
 from ..zookeeper import ZooKeeper
 
@@ -150,32 +149,10 @@ def parse_broker_partitions(items: Sequence[str]) -> list[tuple[int, int]]:
 # -- discovery through ZooKeeper ---------------------------------------------------------
 
 
-async def read_brokers(zk: ZooKeeper) -> dict[int, BrokerAddress]:
-    """The registered brokers (``/brokers/ids``); unusable registrations are skipped."""
-    brokers: dict[int, BrokerAddress] = {}
-    for child in await zk.get_children("/brokers/ids"):
-        if not child.isdigit():
-            continue
-        try:
-            host, port = parse_broker_registration(await zk.get_data(f"/brokers/ids/{child}"))
-        except ZooKeeperError:
-            continue  # gone meanwhile, or not host:port
-        brokers[int(child)] = BrokerAddress(int(child), host, port)
-    return brokers
-
-
 async def topic_partitions(zk: ZooKeeper, topic: str) -> list[tuple[int, int]]:
     """Every (broker, partition) registered for ``topic``, numerically sorted."""
-    result: list[tuple[int, int]] = []
-    path = f"/brokers/topics/{topic}"
-    for child in await zk.get_children(path):
-        try:
-            count = int(await zk.get_data(f"{path}/{child}") or "")
-        except (ZooKeeperError, ValueError):
-            continue  # gone meanwhile, or not a partition count
-        if child.isdigit():
-            result.extend((int(child), p) for p in range(count))
-    return sorted(result)
+    registrations = await read_topic_registrations(zk, topic)
+    return sorted((b, p) for b, count in registrations.items() for p in range(count))
 
 
 async def delete_tree(zk: ZooKeeper, path: str) -> None:
