@@ -24,13 +24,11 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
 import random
 import shutil
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,7 +281,8 @@ async def count_with_simple_consumers(
 ) -> tuple[Counts, dict[str, int]]:
     """Static mode has no groups: one SimpleConsumer task per broker-partition."""
     counts: collections.Counter[str] = collections.Counter()
-    per_partition: dict[str, int] = {}
+    per_partition: collections.Counter[str] = collections.Counter()
+    next_offsets: dict[str, int] = {}
     started = time.perf_counter()
     async with ConnectionPool() as pool:
 
@@ -291,15 +290,16 @@ async def count_with_simple_consumers(
             simple = SimpleConsumer(
                 address.host, address.port, broker_id=address.broker_id, pool=pool
             )
-            n = 0
-            async for batch in simple.batches(TOPIC, partition, 0):
+            name = f"{address.broker_id}-{partition}"
+            async for batch in simple.batches(TOPIC, partition, next_offsets.get(name, 0)):
                 for record in batch.messages:
                     counts[page_of(record.value)] += 1
-                n += len(batch.messages)
-            per_partition[f"{address.broker_id}-{partition}"] = n
+                per_partition[name] += len(batch.messages)
+                next_offsets[name] = batch.next_offset
 
-        for _ in range(100):  # until the brokers' periodic flush made everything visible
-            counts.clear()
+        # Each round goes on from where the last stopped, until the brokers' periodic
+        # flush has made everything visible.
+        for _ in range(100):
             await asyncio.gather(
                 *(one(a, p) for a in cluster.brokers.values() for p in range(partitions))
             )
@@ -308,33 +308,10 @@ async def count_with_simple_consumers(
             await asyncio.sleep(0.2)
     seen = sum(per_partition.values())
     report.add("simple consumers, one per partition", seen, started, "counting views per page")
-    return dict(counts), per_partition
+    return dict(counts), dict(per_partition)
 
 
 # -- stage 3: Spark --------------------------------------------------------------------
-
-
-def spark_session(cores: int = 2) -> Any:
-    """A local Spark bound to loopback, its Python workers on this interpreter."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from .spark import register
-
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("aiokafka07-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
 
 
 def _counts(rows: list[Any]) -> Counts:
@@ -347,6 +324,9 @@ def spark_stages(
     """Batch count, streaming count, write of the counts and read-back (blocking)."""
     from pyspark.sql import functions as F
 
+    from .spark import activate
+
+    activate(spark)  # this runs in a worker thread, and writes need an active session
     options = dict(cluster.connection())
     if cluster.zookeeper is None:
         options["partitionsPerBroker"] = str(partitions)
@@ -492,12 +472,14 @@ async def run(args: argparse.Namespace) -> int:
             )
             report.counts["simple consumers (live)"] = live
         if spark_available:
+            from .spark import local_session
+
             started = time.perf_counter()
-            spark = await asyncio.to_thread(spark_session)
+            spark = await asyncio.to_thread(local_session, 2, "aiokafka07-demo")
             print(f"  (local Spark started in {time.perf_counter() - started:.1f} s)")
             try:
                 await asyncio.to_thread(
-                    _in_spark_thread(spark, spark_stages),
+                    spark_stages,
                     spark,
                     cluster,
                     args.partitions,
@@ -524,14 +506,3 @@ async def run(args: argparse.Namespace) -> int:
     verdict = "all paths agree" if agree else "PATHS DISAGREE"
     print(f"\n{verdict}; total {time.perf_counter() - started_all:.1f} s")
     return 0 if agree else 1
-
-
-def _in_spark_thread(spark: Any, fn: Callable[..., None]) -> Callable[..., None]:
-    """Spark finds Python data sources for writes through the calling thread's active
-    session; a worker thread has none until it is set."""
-
-    def call(*args: Any) -> None:
-        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-        fn(*args)
-
-    return call

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import sys
 import tempfile
 import time
 from typing import Any
@@ -127,24 +125,11 @@ def _ceiling_source(rows: int, partitions: int) -> Any:
 def spark_read(
     port: int, partitions: int, cores: int, runs: int, rows_wanted: int
 ) -> dict[str, float]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from aiokafka07.spark import register
+    from aiokafka07.spark import local_session
 
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = local_session(cores, "bench-spark", {"spark.driver.memory": "2g"})
     spark.dataSource.register(_ceiling_source(rows_wanted, partitions))
 
     def best_of(fmt: str) -> tuple[int, float]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from aiokafka07 import Producer, SimpleConsumer
 from aiokafka07.group.registry import GroupRegistry
 from aiokafka07.partitioner import default_partition
 from aiokafka07.protocol import LATEST
-from aiokafka07.spark import register
+from aiokafka07.spark import activate, local_session
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.zookeeper import ZooKeeper
 
@@ -37,34 +36,22 @@ Row = tuple[str, int, int, int, bytes]  # topic, broker, partition, offset, valu
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aiokafka07-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
+    session = local_session(
+        2,
+        "aiokafka07-tests",
+        {"spark.driver.memory": "1g", "spark.python.worker.reuse": "true"},
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
     yield session
     session.stop()
 
 
 async def spark_call(fn: Callable[..., T], *args: Any) -> T:
-    """Run a blocking Spark call in a thread, with the session active there: Spark
-    looks Python data sources up for writes through the thread's active session."""
+    """Run a blocking Spark call in a thread, with the session active there (writes
+    need it)."""
     session = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
 
     def call() -> T:
-        jvm = session._jvm
-        assert jvm is not None
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+        activate(session)
         return fn(*args)
 
     return await asyncio.to_thread(call)

@@ -23,15 +23,62 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "aiokafka07.spark needs PySpark >= 4.0 and pyarrow: pip install 'aiokafka07[spark]'"
     ) from exc
 
+import os
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 from .options import OptionError
 from .reader import SCHEMA_DDL, DataLossError
 from .source import Kafka07DataSource
 
-__all__ = ["SCHEMA_DDL", "DataLossError", "Kafka07DataSource", "OptionError", "register"]
+__all__ = [
+    "SCHEMA_DDL",
+    "DataLossError",
+    "Kafka07DataSource",
+    "OptionError",
+    "activate",
+    "local_session",
+    "register",
+]
 
 
 def register(spark: Any) -> None:
     """Register the ``kafka07`` format with a SparkSession."""
     spark.dataSource.register(Kafka07DataSource)
+
+
+def local_session(
+    cores: int = 2, app_name: str = "aiokafka07", conf: Mapping[str, str] | None = None
+) -> Any:
+    """A local SparkSession bound to loopback, its Python workers on this interpreter,
+    the UI and progress bars off and ``kafka07`` registered; ``conf`` adds settings."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": str(cores),
+        **(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def activate(spark: Any) -> None:
+    """Make ``spark`` the calling thread's active session.
+
+    Spark looks Python data sources up for writes through the thread's active session,
+    and a thread other than the one that built the session (``asyncio.to_thread``, a
+    thread pool) has none: call this there before writing to ``kafka07``.
+    """
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -47,12 +47,13 @@ __all__ = ["StreamReader", "allot"]
 log = logging.getLogger("aiokafka07.spark")
 
 Offsets = dict[str, dict[str, int]]
+K = TypeVar("K")
 
 
-def allot(pending: dict[str, int], budget: int) -> dict[str, int]:
+def allot(pending: dict[K, int], budget: int) -> dict[K, int]:
     """Share ``budget`` bytes among partitions with ``pending`` bytes, evenly, handing
     what a small partition does not need to the others (water filling)."""
-    share: dict[str, int] = {}
+    share: dict[K, int] = {}
     left = sorted(pending.items(), key=lambda kv: kv[1])
     while left:
         each = budget // len(left)
@@ -123,8 +124,10 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         return end
 
     def reportLatestOffset(self) -> Offsets:
+        # Spark asks right after latestOffset(), which has just read the brokers' state.
+        states = self._states_seen.values() if self._states_seen else self._states()
         offsets: Offsets = {}
-        for state in self._states():
+        for state in states:
             offsets.setdefault(state.tp.topic, {})[state.name] = state.latest
         return offsets
 
@@ -169,12 +172,9 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     ) -> dict[tuple[str, str], int]:
         """Cut the targets so that the micro-batch holds about ``budget`` bytes."""
         begins = {key: max(start[key[0]][key[1]], states[key].earliest) for key in targets}
-        pending = {f"{k[0]}\0{k[1]}": t - begins[k] for k, t in targets.items() if t > begins[k]}
-        shares = allot(pending, budget)
+        pending = {k: t - begins[k] for k, t in targets.items() if t > begins[k]}
         limited = dict(targets)
-        for flat, share in shares.items():
-            topic, name = flat.split("\0")
-            key = (topic, name)
+        for key, share in allot(pending, budget).items():
             begin = begins[key]
             if begin + share >= targets[key]:
                 continue
