@@ -57,8 +57,10 @@ def start_spark() -> Any:
 def spark_jobs(spark: Any, zookeeper: str, checkpoint: str) -> None:
     from pyspark.sql import functions as F
 
+    from aiokafka07.spark import activate
+
     # Spark looks Python data sources up for writes through the thread's active session.
-    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    activate(spark)
     page = F.split(F.col("value").cast("string"), r"\|").getItem(1).alias("page")
 
     views = spark.read.format("kafka07").option("zookeeper", zookeeper).option("topic", TOPIC)
