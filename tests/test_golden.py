@@ -1,5 +1,5 @@
 """Golden vectors: every request and response captured from a real 0.7.2 broker and its
-Java clients (shared/spec/observed/wire-samples.json) decodes to what the capture says and
+Java clients (tests/data/wire-samples.json) decodes to what the capture says and
 re-encodes to exactly the captured bytes."""
 
 from __future__ import annotations
