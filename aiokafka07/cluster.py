@@ -31,6 +31,14 @@ from aiozk.states import States
 
 from .connection import BrokerAddress
 from .errors import KafkaError, ZooKeeperError
+from .znodes import (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    brokers_from_values,
+    registrations_from_values,
+    topic_of_path,
+    topic_path,
+)
 from .zookeeper import ZooKeeper
 
 __all__ = [
@@ -45,15 +53,9 @@ __all__ = [
     "ZooKeeperCluster",
     "cluster_from",
     "parse_broker_list",
-    "parse_broker_registration",
-    "read_brokers",
-    "read_topic_registrations",
 ]
 
 log = logging.getLogger("aiokafka07.cluster")
-
-BROKER_IDS_PATH = "/brokers/ids"
-BROKER_TOPICS_PATH = "/brokers/topics"
 
 Partition = tuple[int, int]
 """``(broker id, partition id on that broker)``: how 0.7 names a partition."""
@@ -74,28 +76,6 @@ def _port(text: str) -> int | None:
         return None
     port = int(text)
     return port if 0 < port <= _MAX_PORT else None
-
-
-def parse_broker_registration(value: str | None) -> tuple[str, int]:
-    """``(host, port)`` from a ``/brokers/ids/<id>`` value ``"<creator>:<host>:<port>"``.
-
-    As every 0.7.2 reader does, the host is the second ``:``-field and the port the third
-    (ZOOKEEPER §2.1). With more than three fields (a host containing ``:`` would break the
-    Java readers) the port is taken from the last field and the host from the second.
-    Raises :class:`ZooKeeperError` naming the value when it cannot be used.
-    """
-    if value is None:
-        raise ZooKeeperError("broker registration is null, expected '<creator>:<host>:<port>'")
-    fields = value.split(":")
-    if len(fields) < 3:
-        raise ZooKeeperError(f"broker registration {value!r} is not '<creator>:<host>:<port>'")
-    host = fields[1].strip()
-    port = _port(fields[2] if len(fields) == 3 else fields[-1])
-    if not host or port is None:
-        raise ZooKeeperError(
-            f"broker registration {value!r} has no usable host and port (1-{_MAX_PORT})"
-        )
-    return host, port
 
 
 def parse_broker_list(text: str) -> dict[int, BrokerAddress]:
@@ -130,65 +110,6 @@ def parse_broker_list(text: str) -> dict[int, BrokerAddress]:
     if not brokers:
         raise ValueError(f"broker.list {text!r} names no broker")
     return brokers
-
-
-def _parse_broker_id(name: str, where: str) -> int | None:
-    if _DECIMAL.fullmatch(name):
-        return int(name)
-    log.warning("ignoring %s/%s: %r is not a broker id", where, name, name)
-    return None
-
-
-def _parse_partition_count(topic: str, broker_id: int, value: str | None) -> int | None:
-    text = (value or "").strip()
-    if _DECIMAL.fullmatch(text) and int(text) > 0:
-        return int(text)
-    log.warning(
-        "ignoring the registration of topic %s on broker %d: partition count %r is not a "
-        "positive integer",
-        topic,
-        broker_id,
-        value,
-    )
-    return None
-
-
-async def read_brokers(zookeeper: ZooKeeper) -> dict[int, BrokerAddress]:
-    """The registered brokers (``/brokers/ids/*``), read once without a watch. Entries
-    that are not broker ids, vanished while read, or hold no usable address are skipped."""
-    brokers: dict[int, BrokerAddress] = {}
-    for name in await zookeeper.get_children(BROKER_IDS_PATH):
-        if not _DECIMAL.fullmatch(name):
-            continue
-        try:
-            host, port = parse_broker_registration(
-                await zookeeper.get_data(f"{BROKER_IDS_PATH}/{name}")
-            )
-        except ZooKeeperError:
-            continue  # gone meanwhile, or not host:port
-        brokers[int(name)] = BrokerAddress(int(name), host, port)
-    return brokers
-
-
-async def read_topic_registrations(zookeeper: ZooKeeper, topic: str) -> dict[int, int]:
-    """Broker id → partition count from ``/brokers/topics/<topic>``, read once without a
-    watch; entries that are not numbers are skipped with a warning, as they cannot be
-    used, and a broker that left while read is skipped."""
-    registrations: dict[int, int] = {}
-    path = f"{BROKER_TOPICS_PATH}/{topic}"
-    for child in await zookeeper.get_children(path):
-        try:
-            value = await zookeeper.get_data(f"{path}/{child}")
-        except ZooKeeperError:
-            continue  # the broker went away while we read
-        try:
-            broker_id, count = int(child), int(value or "")
-        except ValueError:
-            log.warning("ignoring %s/%s = %r: not a broker's partition count", path, child, value)
-            continue
-        if count > 0:
-            registrations[broker_id] = count
-    return registrations
 
 
 # -- events --------------------------------------------------------------------------
@@ -503,9 +424,9 @@ class ZooKeeperCluster(Cluster):
         await zk.start()
         self._started = True
         try:
-            await zk.ensure_path(BROKER_TOPICS_PATH)
-            zk.add_child_watch_callback(BROKER_IDS_PATH, self._on_watch)
-            zk.add_child_watch_callback(BROKER_TOPICS_PATH, self._on_watch)
+            await zk.ensure_path(BROKER_TOPICS)
+            zk.add_child_watch_callback(BROKER_IDS, self._on_watch)
+            zk.add_child_watch_callback(BROKER_TOPICS, self._on_watch)
             self._tasks = [
                 asyncio.create_task(self._run(), name="cluster-watch"),
                 asyncio.create_task(self._follow_connection(), name="cluster-connection"),
@@ -540,27 +461,23 @@ class ZooKeeperCluster(Cluster):
         self._queue = asyncio.Queue()
         zk = self.zookeeper
         for topic in self._watched_topics:
-            zk.remove_child_watch_callback(self._topic_path(topic), self._on_watch)
-        zk.remove_child_watch_callback(BROKER_IDS_PATH, self._on_watch)
-        zk.remove_child_watch_callback(BROKER_TOPICS_PATH, self._on_watch)
+            zk.remove_child_watch_callback(topic_path(topic), self._on_watch)
+        zk.remove_child_watch_callback(BROKER_IDS, self._on_watch)
+        zk.remove_child_watch_callback(BROKER_TOPICS, self._on_watch)
         self._watched_topics.clear()
         if self._owns_session:
             await zk.close()
 
     # -- background work ---------------------------------------------------------
 
-    @staticmethod
-    def _topic_path(topic: str) -> str:
-        return f"{BROKER_TOPICS_PATH}/{topic}"
-
     def _on_watch(self, path: str) -> None:
         """A watch fired (called by aiozk via ``call_soon``): queue the matching re-read."""
-        if path == BROKER_IDS_PATH:
+        if path == BROKER_IDS:
             self._enqueue(_IDS)
-        elif path == BROKER_TOPICS_PATH:
+        elif path == BROKER_TOPICS:
             self._enqueue(_TOPICS)
-        elif path.startswith(BROKER_TOPICS_PATH + "/"):
-            self._enqueue(("topic", path[len(BROKER_TOPICS_PATH) + 1 :]))
+        elif (topic := topic_of_path(path)) is not None:
+            self._enqueue(("topic", topic))
 
     def _enqueue(self, key: _WorkKey, *, wait: bool = False) -> asyncio.Future[None] | None:
         """Queue a re-read unless the same one is already queued (and not yet started)."""
@@ -648,48 +565,27 @@ class ZooKeeperCluster(Cluster):
 
     async def _read_brokers(self) -> dict[int, BrokerAddress]:
         """``/brokers/ids/*`` (re-arming its child watch); unusable entries are skipped."""
-        values = await self.zookeeper.watch_children_data(BROKER_IDS_PATH)
-        brokers: dict[int, BrokerAddress] = {}
-        for name, value in values.items():
-            broker_id = _parse_broker_id(name, BROKER_IDS_PATH)
-            if broker_id is None:
-                continue
-            try:
-                host, port = parse_broker_registration(value)
-            except ZooKeeperError as exc:
-                log.warning("ignoring broker %d: %s", broker_id, exc)
-                continue
-            brokers[broker_id] = BrokerAddress(broker_id, host, port)
-        return brokers
+        return brokers_from_values(await self.zookeeper.watch_children_data(BROKER_IDS))
 
     async def _read_topic_names(self) -> set[str]:
         """Children of ``/brokers/topics``, re-arming its child watch."""
-        return set(await self.zookeeper.watch_children(BROKER_TOPICS_PATH))
+        return set(await self.zookeeper.watch_children(BROKER_TOPICS))
 
     async def _read_registrations(self, topic: str) -> dict[int, int]:
         """``{broker id: partition count}`` under ``/brokers/topics/<topic>`` (re-arming
         its child watch); unusable entries are skipped with a warning."""
-        path = self._topic_path(topic)
-        values = await self.zookeeper.watch_children_data(path)
-        registrations: dict[int, int] = {}
-        for name, value in values.items():
-            broker_id = _parse_broker_id(name, path)
-            if broker_id is None:
-                continue
-            count = _parse_partition_count(topic, broker_id, value)
-            if count is not None:
-                registrations[broker_id] = count
-        return registrations
+        values = await self.zookeeper.watch_children_data(topic_path(topic))
+        return registrations_from_values(topic, values)
 
     def _watch_topic(self, topic: str) -> None:
         if topic not in self._watched_topics:
             self._watched_topics.add(topic)
-            self.zookeeper.add_child_watch_callback(self._topic_path(topic), self._on_watch)
+            self.zookeeper.add_child_watch_callback(topic_path(topic), self._on_watch)
 
     def _unwatch_topic(self, topic: str) -> None:
         self._watched_topics.discard(topic)
         self._registered.pop(topic, None)
-        self.zookeeper.remove_child_watch_callback(self._topic_path(topic), self._on_watch)
+        self.zookeeper.remove_child_watch_callback(topic_path(topic), self._on_watch)
 
     # -- applying changes --------------------------------------------------------
     # Each update reads first and then changes the view without awaiting in between, so

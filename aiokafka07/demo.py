@@ -416,7 +416,7 @@ async def log_ends(cluster: LocalCluster, partitions: int) -> dict[str, int]:
 
 
 async def group_offsets(cluster: LocalCluster, group: str) -> dict[str, int]:
-    from .group.registry import GroupRegistry
+    from .znodes import GroupRegistry
     from .zookeeper import ZooKeeper
 
     assert cluster.zookeeper is not None

@@ -27,11 +27,11 @@ from aiokafka07.cluster import (
     ZooKeeperCluster,
     cluster_from,
     parse_broker_list,
-    parse_broker_registration,
 )
 from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.errors import KafkaError, ZooKeeperError
 from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
+from aiokafka07.znodes import parse_broker_registration
 from aiokafka07.zookeeper import ZooKeeper
 
 WAIT = 10.0  # upper bound for anything a watch should deliver

@@ -22,11 +22,11 @@ pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession
 
 from aiokafka07 import Producer, SimpleConsumer
-from aiokafka07.group.registry import GroupRegistry
 from aiokafka07.partitioner import default_partition
 from aiokafka07.protocol import LATEST
 from aiokafka07.spark import activate, local_session
 from aiokafka07.testing import KafkaCluster
+from aiokafka07.znodes import GroupRegistry
 from aiokafka07.zookeeper import ZooKeeper
 
 T = TypeVar("T")

@@ -44,6 +44,7 @@ from ..protocol import (
     encode_offsets_response,
     validate_topic,
 )
+from ..znodes import register_broker, register_topic
 from ..zookeeper import ZooKeeper
 from .config import BrokerConfig
 from .log import Log, LogManager
@@ -207,16 +208,11 @@ class Broker:
 
     # -- ZooKeeper registration (ZOOKEEPER §2) ------------------------------------------
 
-    def registration(self) -> str:
-        """The ``/brokers/ids/<id>`` value: ``<host>-<ms>:<host>:<port>``."""
-        return f"{self.host}-{int(time.time() * 1000)}:{self.host}:{self.port}"
-
     async def _register_everything(self) -> None:
         zk = self.zookeeper
         assert zk is not None
         assert self.logs is not None
-        registration = self.registration()
-        await zk.create_ephemeral(f"/brokers/ids/{self.broker_id}", registration)
+        registration = await register_broker(zk, self.broker_id, self.host, self.port)
         log.info("broker %d registered in ZooKeeper as %s", self.broker_id, registration)
         self._registered_topics.clear()
         for topic in sorted(self.logs.topics()):
@@ -226,7 +222,7 @@ class Broker:
         zk = self.zookeeper
         assert zk is not None
         count = self.config.partitions_for(topic)
-        await zk.create_ephemeral(f"/brokers/topics/{topic}/{self.broker_id}", str(count))
+        await register_topic(zk, topic, self.broker_id, count)
         self._registered_topics.add(topic)
         log.info("registered topic %s with %d partitions", topic, count)
 

@@ -2,13 +2,13 @@
 
 :class:`Consumer` is the group member (:mod:`.consumer`); it builds on identities and
 registration values (:mod:`.subscription`), the range assignment (:mod:`.assignment`) and the
-group's znodes (:mod:`.registry`), which every member must get exactly right to share a
-group with Java 0.7.2 consumers.
+group's znodes (:class:`aiokafka07.znodes.GroupRegistry`), which every member must get
+exactly right to share a group with Java 0.7.2 consumers.
 """
 
+from ..znodes import GroupRegistry
 from .assignment import assign, assign_group, group_threads, partition_names
 from .consumer import Consumer, RebalanceListener, Stream
-from .registry import GroupRegistry
 from .subscription import (
     InvalidTopicFilterError,
     Subscription,

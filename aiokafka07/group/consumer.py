@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ..cluster import read_brokers
+from .. import znodes
 from ..connection import BrokerAddress
 from ..errors import (
     InvalidMessageSizeError,
@@ -44,10 +44,17 @@ from ..errors import (
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST, FetchRequest, decode_messages_into
 from ..records import ConsumerRecord, TopicPartition
+from ..znodes import (
+    GroupRegistry,
+    consumer_id,
+    read_brokers,
+    read_topic_registrations,
+    read_topics,
+    thread_ids,
+)
 from ..zookeeper import ZooKeeper
 from .assignment import assign, group_threads, partition_names
-from .registry import GroupRegistry
-from .subscription import Subscription, consumer_id, thread_ids
+from .subscription import Subscription
 
 __all__ = ["Consumer", "RebalanceListener", "Stream"]
 
@@ -278,8 +285,8 @@ class Consumer:
         await self._zk.start()
         try:
             self._zk.add_session_listener(self._new_session)
-            await self._registry.register(self.consumer_id, self.subscription)
-            self._zk.add_child_watch_callback(f"/consumers/{self.group}/ids", self._trigger)
+            await self._registry.register(self.consumer_id, self.subscription.as_registration())
+            self._zk.add_child_watch_callback(znodes.ids_path(self.group), self._trigger)
             await self._rebalance()
         except BaseException:
             # Leave no registration or owner behind: they are ephemeral, and go with the
@@ -439,7 +446,7 @@ class Consumer:
 
     async def _new_session(self) -> None:
         log.warning("%s: new ZooKeeper session: registering again", self.consumer_id)
-        await self._registry.register(self.consumer_id, self.subscription)
+        await self._registry.register(self.consumer_id, self.subscription.as_registration())
         self._trigger()
 
     async def _coordinate(self) -> None:
@@ -481,14 +488,14 @@ class Consumer:
             await asyncio.sleep(self.rebalance_backoff)
 
     async def _arm_watches(self, topics: Iterable[str]) -> None:
-        await self._zk.watch_children(f"/consumers/{self.group}/ids")
+        await self._zk.watch_children(znodes.ids_path(self.group))
         if self.subscription.is_wildcard:
-            if "/brokers/topics" not in self._watched:
-                self._zk.add_child_watch_callback("/brokers/topics", self._trigger)
-                self._watched.add("/brokers/topics")
-            await self._zk.watch_children("/brokers/topics")
+            if znodes.BROKER_TOPICS not in self._watched:
+                self._zk.add_child_watch_callback(znodes.BROKER_TOPICS, self._trigger)
+                self._watched.add(znodes.BROKER_TOPICS)
+            await self._zk.watch_children(znodes.BROKER_TOPICS)
         for topic in topics:
-            path = f"/brokers/topics/{topic}"
+            path = znodes.topic_path(topic)
             if path not in self._watched:
                 self._zk.add_child_watch_callback(path, self._trigger)
                 self._watched.add(path)
@@ -496,19 +503,22 @@ class Consumer:
 
     async def _rebalance_once(self) -> bool:
         registry = self._registry
-        available = await registry.topics() if self.subscription.is_wildcard else []
+        available = await read_topics(self._zk) if self.subscription.is_wildcard else []
         my_topics = self.subscription.streams_per_topic(available)
         await self._arm_watches(my_topics)
-        members = await registry.members()
+        members = {
+            member: Subscription.from_registration(registration)
+            for member, registration in (await registry.members()).items()
+        }
         if self.consumer_id not in members:
-            await registry.register(self.consumer_id, self.subscription)
+            await registry.register(self.consumer_id, self.subscription.as_registration())
             members[self.consumer_id] = self.subscription
         self._members = len(members)
         threads = group_threads(members, available or my_topics)
         self._brokers = await read_brokers(self._zk)
         wanted: dict[TopicPartition, str] = {}
         for topic, count in my_topics.items():
-            registrations = await registry.topic_registrations(topic)
+            registrations = await read_topic_registrations(self._zk, topic)
             ranges = assign(partition_names(registrations), threads.get(topic, []))
             for thread in thread_ids(self.consumer_id, count):
                 for name in ranges.get(thread, []):

@@ -1,27 +1,20 @@
-"""Who a group member is and what it consumes, in 0.7.2's ZooKeeper forms (ZOOKEEPER §3).
+"""What a group member consumes (ZOOKEEPER §3): static topics with stream counts, or a
+whitelist / blacklist topic filter, normalised and matched as Java does.
 
-* Consumer id ``<group>_<host>-<ms>-<8 hex>`` and thread ids ``<consumer id>-<n>``; owner
-  nodes and the rebalance order are in terms of thread ids.
-* The registration value under ``/consumers/<group>/ids/<consumer id>``: a topic map
-  ``{ "t": 2,"u": 1 }`` (exactly the Java shape) or a filter ``*n*regex`` (whitelist) /
-  ``!n!regex`` (blacklist), with the regex normalised as Java normalises it.
-
-Pure values and functions: reading other members' registrations in any 0.7.2 form is what
-lets Java and Python consumers share one group.
+The values as ZooKeeper holds them (the registration string, consumer and thread ids) are
+:mod:`aiokafka07.znodes`'; a :class:`Subscription` converts to and from its
+:class:`~aiokafka07.znodes.Registration`. Reading other members' registrations in any 0.7.2
+form is what lets Java and Python consumers share one group.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import socket
-import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import KafkaError, ZooKeeperError
+from ..znodes import Registration, consumer_id, format_registration, parse_registration, thread_ids
 
 __all__ = [
     "InvalidTopicFilterError",
@@ -32,35 +25,11 @@ __all__ = [
     "thread_ids",
 ]
 
-_WHITELIST = re.compile(r"\*(\d+)\*(.*)", re.DOTALL)
-_BLACKLIST = re.compile(r"!(\d+)!(.*)", re.DOTALL)
 _PLAIN_LIST = re.compile(r"[A-Za-z0-9\-|]+")
 
 
 class InvalidTopicFilterError(KafkaError, ValueError):
     """A topic filter that does not compile as a regular expression."""
-
-
-def consumer_id(
-    group: str,
-    *,
-    suffix: str | None = None,
-    hostname: str | None = None,
-    now_ms: int | None = None,
-) -> str:
-    """``<group>_<host>-<ms>-<8 hex>`` as 0.7.2 builds it (``suffix`` = the ``consumerid``
-    config, meant for tests, replaces everything after the underscore)."""
-    if suffix is None:
-        host = hostname or socket.gethostname()
-        ms = int(time.time() * 1000) if now_ms is None else now_ms
-        # Java: Long.toHexString(uuid.getMostSignificantBits()).substring(0, 8)
-        suffix = f"{host}-{ms}-{format(uuid.uuid4().int >> 64, 'x')[:8]}"
-    return f"{group}_{suffix}"
-
-
-def thread_ids(consumer: str, streams: int) -> list[str]:
-    """The consumer's thread ids for a topic with ``streams`` streams."""
-    return [f"{consumer}-{i}" for i in range(streams)]
 
 
 def normalize_filter(text: str) -> str:
@@ -145,42 +114,36 @@ class Subscription:
     def is_wildcard(self) -> bool:
         return self.filter is not None
 
+    def as_registration(self) -> Registration:
+        """The subscription as its ``/consumers/<group>/ids/<id>`` value holds it."""
+        if self.topics is not None:
+            return Registration(dict(self.topics))
+        assert self.filter is not None
+        return Registration(None, self.filter.regex, self.filter.whitelist, self.streams)
+
+    @classmethod
+    def from_registration(cls, registration: Registration) -> Subscription:
+        """A member's subscription from its decoded registration; :class:`ZooKeeperError`
+        when its filter is not a regex."""
+        if registration.topics is not None:
+            return cls(topics=registration.topics)
+        assert registration.regex is not None
+        try:
+            return cls(
+                filter=TopicFilter(registration.regex, registration.whitelist),
+                streams=registration.streams,
+            )
+        except InvalidTopicFilterError as exc:
+            raise ZooKeeperError(f"unusable consumer registration: {exc}") from exc
+
     def registration(self) -> str:
         """The ``/consumers/<group>/ids/<id>`` value, byte-identical to Java's."""
-        if self.topics is not None:
-            return "{ " + ",".join(f'"{t}": {n}' for t, n in self.topics.items()) + " }"
-        assert self.filter is not None
-        mark = "*" if self.filter.whitelist else "!"
-        return f"{mark}{self.streams}{mark}{self.filter.regex}"
+        return format_registration(self.as_registration())
 
     @classmethod
     def parse(cls, value: str | None) -> Subscription:
         """Read a member's registration in any 0.7.2 form."""
-        if not value:
-            raise ZooKeeperError(f"empty consumer registration {value!r}")
-        for pattern, whitelist in ((_WHITELIST, True), (_BLACKLIST, False)):
-            match = pattern.fullmatch(value)
-            if match:
-                try:
-                    return cls(
-                        filter=TopicFilter(match.group(2), whitelist), streams=int(match.group(1))
-                    )
-                except (InvalidTopicFilterError, ValueError) as exc:
-                    raise ZooKeeperError(
-                        f"unusable consumer registration {value!r}: {exc}"
-                    ) from exc
-        try:
-            data: Any = json.loads(value)
-        except json.JSONDecodeError:
-            raise ZooKeeperError(
-                f"consumer registration {value!r} is neither JSON nor a filter"
-            ) from None
-        if not isinstance(data, dict):
-            raise ZooKeeperError(f"consumer registration {value!r} is not a JSON object")
-        try:
-            return cls(topics=data)
-        except ValueError as exc:
-            raise ZooKeeperError(f"unusable consumer registration {value!r}: {exc}") from exc
+        return cls.from_registration(parse_registration(value))
 
     def streams_per_topic(self, available_topics: Iterable[str]) -> dict[str, int]:
         """Topic → stream count; a filter is expanded against ``available_topics`` (the

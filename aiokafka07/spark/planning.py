@@ -18,12 +18,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..cluster import BROKER_TOPICS_PATH, read_brokers, read_topic_registrations
 from ..connection import BrokerAddress
 from ..errors import KafkaError, ZooKeeperError
 from ..pool import ConnectionPool
 from ..protocol import LATEST
 from ..records import TopicPartition
+from ..znodes import read_brokers, read_topic_registrations, read_topics, topic_path
 from ..zookeeper import ZooKeeper
 from .options import Connection
 
@@ -119,14 +119,14 @@ async def discover(
     if topics is None:
         assert pattern is not None
         regex = re.compile(pattern)
-        names = await zookeeper.get_children(BROKER_TOPICS_PATH)
+        names = await read_topics(zookeeper)
         topics = sorted(t for t in names if regex.fullmatch(t))
     found: list[tuple[TopicPartition, BrokerAddress]] = []
     for topic in topics:
         try:
             registered = await read_topic_registrations(zookeeper, topic)
         except ZooKeeperError:
-            if await zookeeper.exists(f"{BROKER_TOPICS_PATH}/{topic}"):
+            if await zookeeper.exists(topic_path(topic)):
                 raise
             continue  # nobody has written the topic yet
         for broker_id, count in registered.items():

@@ -23,9 +23,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..errors import InvalidMessageSizeError
-from ..group.registry import GroupRegistry
 from ..protocol import decode_message_set
 from ..protocol.responses import FetchResponse
+from ..znodes import GroupRegistry
 from .options import ReadOptions
 from .planning import PartitionState
 from .reader import DataLossError, OffsetRange, ranges_for, read_partition, resolve

@@ -20,9 +20,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import IO, Any, TextIO
 
-from ..cluster import parse_broker_list, read_brokers, read_topic_registrations
+from ..cluster import parse_broker_list
 from ..connection import BrokerAddress
 from ..records import TopicPartition
+from ..znodes import read_brokers, read_topic_registrations
 from ..zookeeper import ZooKeeper
 
 __all__ = [

@@ -34,6 +34,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .. import znodes
 from ..connection import BrokerAddress
 from ..errors import KafkaError
 from ..group import Consumer
@@ -42,6 +43,7 @@ from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST
 from ..records import ConsumerRecord
 from ..simple import SimpleConsumer
+from ..znodes import GroupRegistry
 from ..zookeeper import ZooKeeper
 from .common import (
     CommandError,
@@ -269,7 +271,7 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
         finally:
             await consumer.close()  # commits what was printed
             if not args.group:
-                await delete_tree(zk, f"/consumers/{group}")
+                await delete_tree(zk, znodes.group_path(group))
     finally:
         await zk.close()
 
@@ -278,15 +280,15 @@ async def _fresh_group(zk: ZooKeeper) -> str:
     """``console-consumer-<0..99999>`` (0.7.2's form) that no group uses yet."""
     while True:
         group = f"console-consumer-{random.randrange(100000)}"
-        if not await zk.exists(f"/consumers/{group}"):
+        if not await GroupRegistry(zk, group).exists():
             return group
 
 
 async def _forget_offsets(zk: ZooKeeper, args: argparse.Namespace) -> None:
     """--from-beginning with a named group: delete its committed offsets of the consumed
     topics (0.7.2 deletes the whole group), refusing while the group has live members."""
-    root = f"/consumers/{args.group}"
-    members = await zk.get_children(f"{root}/ids")
+    registry = GroupRegistry(zk, args.group)
+    members = await registry.member_ids()
     if members:
         raise CommandError(
             f"group {args.group} has {plural(len(members), 'live member')}; --from-beginning would "
@@ -298,9 +300,9 @@ async def _forget_offsets(zk: ZooKeeper, args: argparse.Namespace) -> None:
         topic_filter = TopicFilter.parse(
             args.whitelist or args.blacklist, whitelist=bool(args.whitelist)
         )
-        topics = [t for t in await zk.get_children(f"{root}/offsets") if topic_filter.allows(t)]
+        topics = [t for t in await registry.offset_topics() if topic_filter.allows(t)]
     for topic in topics:
-        await delete_tree(zk, f"{root}/offsets/{topic}")
+        await delete_tree(zk, znodes.offsets_path(args.group, topic))
 
 
 # -- simple mode --------------------------------------------------------------------------

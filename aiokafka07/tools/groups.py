@@ -17,10 +17,11 @@ from typing import Any
 
 from ..connection import BrokerAddress
 from ..errors import KafkaError, ZooKeeperError
-from ..group import GroupRegistry, Subscription
+from ..group import Subscription
 from ..pool import ConnectionPool
 from ..protocol import LATEST
 from ..records import TopicPartition
+from ..znodes import GroupRegistry, read_topics
 from ..zookeeper import ZooKeeper
 from .common import (
     CommandError,
@@ -67,10 +68,9 @@ async def list_groups(zk: ZooKeeper) -> list[dict[str, Any]]:
     """Every group: name, live members, topics with offsets or owners."""
     result = []
     for group in await GroupRegistry.groups(zk):
-        root = f"/consumers/{group}"
-        topics = set(await zk.get_children(f"{root}/offsets"))
-        topics |= set(await zk.get_children(f"{root}/owners"))
-        members = await zk.get_children(f"{root}/ids")
+        registry = GroupRegistry(zk, group)
+        topics = set(await registry.offset_topics()) | set(await registry.owner_topics())
+        members = await registry.member_ids()
         result.append({"group": group, "members": len(members), "topics": sorted(topics)})
     return result
 
@@ -113,15 +113,9 @@ def _subscription_text(subscription: dict[str, Any]) -> str:
 async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> dict[str, Any]:
     """Members, and per broker-partition owner, committed offset, log end and lag."""
     registry = GroupRegistry(zk, group)
-    root = registry.root
-    if not await zk.exists(root):
+    if not await registry.exists():
         raise CommandError(f"there is no consumer group {group!r} in ZooKeeper")
-    registrations: dict[str, str | None] = {}
-    for member in sorted(await zk.get_children(f"{root}/ids")):
-        try:
-            registrations[member] = await zk.get_data(f"{root}/ids/{member}")
-        except ZooKeeperError:
-            continue  # left meanwhile
+    registrations = await registry.registrations()
     members = [
         {"id": member, "subscription": _subscription_json(value)}
         for member, value in registrations.items()
@@ -129,8 +123,8 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
     topics = set(only_topics)
     if not topics:
         topics |= set(await registry.offset_topics())
-        topics |= set(await zk.get_children(f"{root}/owners"))
-        available = await registry.topics()
+        topics |= set(await registry.owner_topics())
+        available = await read_topics(zk)
         for value in registrations.values():
             try:
                 topics |= set(Subscription.parse(value).streams_per_topic(available))
@@ -141,8 +135,8 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
     committed: dict[TopicPartition, int | None] = {}
     owners: dict[TopicPartition, str | None] = {}
     for topic in sorted(topics):
-        names = set(await zk.get_children(f"{root}/offsets/{topic}"))
-        names |= set(await zk.get_children(f"{root}/owners/{topic}"))
+        names = set(await registry.offset_partitions(topic))
+        names |= set(await registry.owned_partitions(topic))
         names |= {f"{b}-{p}" for b, p in await topic_partitions(zk, topic)}
         found = []
         for name in names:

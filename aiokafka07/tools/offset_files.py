@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 from typing import Any
 
 from ..protocol import validate_topic
 from ..records import TopicPartition
+from ..znodes import offset_path, parse_offset_path
 from .common import CommandError
 
 __all__ = ["Offsets", "parse_offsets", "to_json", "to_zk_lines"]
 
 #: topic → "b-p" → committed offset
 Offsets = dict[str, dict[str, int]]
-
-_ZK_LINE = re.compile(r"/consumers/([^/]+)/offsets/([^/]+)/([^/:]+):(.*)")
 
 
 def to_json(group: str, offsets: Offsets) -> str:
@@ -40,7 +38,7 @@ def to_json(group: str, offsets: Offsets) -> str:
 def to_zk_lines(group: str, offsets: Offsets) -> str:
     """0.7.2 ExportZkOffsets lines."""
     return "".join(
-        f"/consumers/{group}/offsets/{topic}/{name}:{offset}\n"
+        f"{offset_path(group, topic, name)}:{offset}\n"
         for topic, partitions in offsets.items()
         for name, offset in partitions.items()
     )
@@ -84,13 +82,16 @@ def parse_offsets(text: str, source: str) -> tuple[str | None, Offsets]:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             break  # ImportZkOffsets stops at the first empty line
-        match = _ZK_LINE.fullmatch(line.strip())
-        if match is None:
+        # "<offset znode path>:<offset>": the partition name holds no ':' (nor '/').
+        head, slash, tail = line.strip().rpartition("/")
+        name, colon, offset = tail.partition(":")
+        where = parse_offset_path(head + slash + name) if colon else None
+        if where is None:
             raise CommandError(
                 f"{source} line {number}: neither JSON nor "
                 "'/consumers/<group>/offsets/<topic>/<broker>-<partition>:<offset>'"
             )
-        group = match.group(1)
-        t, n, o = _check(match.group(2), match.group(3), match.group(4), f"{source} line {number}")
+        group = where[0]
+        t, n, o = _check(where[1], where[2], offset, f"{source} line {number}")
         offsets.setdefault(t, {})[n] = o
     return group, offsets

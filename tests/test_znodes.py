@@ -1,27 +1,125 @@
-"""A group's znodes on a real ZooKeeper: paths and values exactly as 0.7.2 writes them."""
+"""The 0.7.2 znode layout (aiokafka07.znodes): every path and value captured from a real
+0.7.2 cluster is built and read back exactly, and a group's znodes on a real ZooKeeper are
+written as 0.7.2 writes them."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from aiokafka07 import BrokerAddress, BrokerConnection
+from aiokafka07 import BrokerAddress, BrokerConnection, znodes
 from aiokafka07.errors import ZooKeeperError
 from aiokafka07.group import Subscription
-from aiokafka07.group.registry import GroupRegistry
 from aiokafka07.testing import ZooKeeperServer, expire_session
+from aiokafka07.znodes import GroupRegistry, read_topic_registrations, read_topics
 from aiokafka07.zookeeper import ZooKeeper
 
 from .wire import eventually
+
+OBSERVED = Path(__file__).resolve().parent / "data" / "znodes-observed.txt"
+_ENTRY = re.compile(r"^(/\S*) = (None|'(.*)')(?: EPHEMERAL\(owner=\w+\))?$")
+
+
+def observed_znodes() -> dict[str, str | None]:
+    """Every znode of the capture (path -> value; None for null data)."""
+    found: dict[str, str | None] = {}
+    for line in OBSERVED.read_text().splitlines():
+        match = _ENTRY.match(line)
+        if match:
+            found[match.group(1)] = None if match.group(2) == "None" else match.group(3)
+    return found
+
+
+def test_every_captured_znode_is_built_and_read_back_exactly() -> None:
+    nodes = observed_znodes()
+    checked = dict.fromkeys(("broker", "topic", "member", "owner", "offset"), 0)
+    for path, value in nodes.items():
+        parts = path.split("/")[1:]
+        if parts[:2] == ["brokers", "ids"] and len(parts) == 3:
+            assert znodes.broker_path(int(parts[2])) == path
+            host, port = znodes.parse_broker_registration(value)
+            creator = value.split(":")[0] if value else ""
+            started = int(creator.rsplit("-", 1)[1])
+            assert znodes.format_broker_registration(host, port, started_ms=started) == value
+            checked["broker"] += 1
+        elif parts[:2] == ["brokers", "topics"] and len(parts) == 4:
+            assert znodes.topic_broker_path(parts[2], int(parts[3])) == path
+            assert znodes.parse_partition_count(parts[2], int(parts[3]), value) == 2
+            checked["topic"] += 1
+        elif parts[0] == "consumers" and len(parts) == 4 and parts[2] == "ids":
+            assert znodes.member_path(parts[1], parts[3]) == path
+            assert znodes.format_registration(znodes.parse_registration(value)) == value
+            checked["member"] += 1
+        elif parts[0] == "consumers" and len(parts) == 5 and parts[2] == "owners":
+            assert znodes.owner_path(parts[1], parts[3], parts[4]) == path
+            member, _, thread = (value or "").rpartition("-")
+            assert znodes.thread_ids(member, int(thread) + 1)[-1] == value
+            assert f"{znodes.ids_path(parts[1])}/{member}" in nodes or "perf" in parts[1]
+            checked["owner"] += 1
+        elif parts[0] == "consumers" and len(parts) == 5 and parts[2] == "offsets":
+            assert znodes.offset_path(parts[1], parts[3], parts[4]) == path
+            assert znodes.parse_offset_path(path) == (parts[1], parts[3], parts[4])
+            assert value is not None
+            assert value.isdigit()
+            checked["offset"] += 1
+        elif len(parts) <= 4:
+            assert value in (None, ""), f"{path} is a parent: null data"
+    assert all(checked.values()), checked
+
+
+def test_paths_and_their_parsers_agree() -> None:
+    assert znodes.topic_of_path(znodes.topic_path("t.1")) == "t.1"
+    assert znodes.topic_of_path(znodes.BROKER_TOPICS) is None
+    assert znodes.topic_of_path(znodes.topic_broker_path("t", 0)) is None
+    assert znodes.group_path("g") == "/consumers/g"
+    assert znodes.owners_path("g", "t") == "/consumers/g/owners/t"
+    assert znodes.offsets_path("g") == "/consumers/g/offsets"
+    assert znodes.parse_offset_path("/consumers/g/owners/t/0-1") is None
+    assert znodes.parse_offset_path("/consumers/g/offsets/t/0-1/x") is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "",
+        "x",
+        "{}",
+        "[1]",
+        '{"t": 0}',
+        '{"t": true}',
+        '{"t": "2"}',
+        "*0*t",
+        "!x!t",
+        "[" * 5000,
+    ],
+)
+def test_unusable_registrations_are_typed_errors(value: str | None) -> None:
+    with pytest.raises(ZooKeeperError):
+        znodes.parse_registration(value)
+
+
+@pytest.mark.parametrize("value", ["", "-1", "0", "1" * 40, " 3x", None])
+def test_unusable_partition_counts_are_skipped(value: str | None) -> None:
+    assert znodes.parse_partition_count("t", 0, value) is None
+
+
+@pytest.mark.parametrize("name", ["a", "-1", "1" * 40, " 1"])
+def test_unusable_broker_ids_are_skipped(name: str) -> None:
+    assert znodes.parse_broker_id(name) is None
 
 
 async def test_membership_paths_values_and_java_forms(zookeeper: str) -> None:
     async with ZooKeeper(zookeeper) as zk, ZooKeeper(zookeeper) as java:
         registry = GroupRegistry(zk, "g1")
-        await registry.register("g1_py-1-aaaaaaaa", Subscription.of_topics({"t": 2}))
+        await registry.register(
+            "g1_py-1-aaaaaaaa", Subscription.of_topics({"t": 2}).as_registration()
+        )
         # A Java console consumer's registration, as observed on a real cluster.
         await java.create_ephemeral("/consumers/g1/ids/g1_vm-1795259396515-cd41ee70", "*1*t|u")
         assert await zk.get_data("/consumers/g1/ids/g1_py-1-aaaaaaaa") == '{ "t": 2 }'
@@ -29,7 +127,7 @@ async def test_membership_paths_values_and_java_forms(zookeeper: str) -> None:
         members = await registry.members()
         assert list(members) == ["g1_py-1-aaaaaaaa", "g1_vm-1795259396515-cd41ee70"]
         assert members["g1_py-1-aaaaaaaa"].topics == {"t": 2}
-        java_member = members["g1_vm-1795259396515-cd41ee70"]
+        java_member = Subscription.from_registration(members["g1_vm-1795259396515-cd41ee70"])
         assert java_member.filter is not None
         assert java_member.streams_per_topic(["t", "u", "v"]) == {"t": 1, "u": 1}
         await registry.unregister("g1_py-1-aaaaaaaa")
@@ -96,15 +194,14 @@ async def test_topic_registrations_from_real_brokers(kafka_cluster: Any, zookeep
             )
             await conn.produce("reg", 0, [b"x"], confirm=True)
             await conn.close()
-        registry = GroupRegistry(zk, "g")
 
         async def both() -> bool:
-            return await registry.topic_registrations("reg") == {0: 3, 1: 3}
+            return await read_topic_registrations(zk, "reg") == {0: 3, 1: 3}
 
         await eventually(both)
-        assert "reg" in await registry.topics()
+        assert "reg" in await read_topics(zk)
         await zk.create_ephemeral("/brokers/topics/reg/7", "not-a-number")
-        assert await registry.topic_registrations("reg") == {0: 3, 1: 3}
+        assert await read_topic_registrations(zk, "reg") == {0: 3, 1: 3}
 
 
 async def test_unreachable_zookeeper_is_a_complete_error() -> None:
