@@ -47,7 +47,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "groups": ("aiokafka07.tools.groups", "list consumer groups; describe owners, offsets, lag"),
     "export-offsets": ("aiokafka07.tools.export_offsets", "save a group's offsets as JSON"),
     "import-offsets": ("aiokafka07.tools.import_offsets", "set a group's offsets from a file"),
+    "update-offsets": (
+        "aiokafka07.tools.update_offsets",
+        "move a group's offsets of a topic to the earliest or latest",
+    ),
+    "verify-rebalance": (
+        "aiokafka07.tools.verify_rebalance",
+        "check every partition is owned by the right live member",
+    ),
     "mirror": ("aiokafka07.tools.mirror", "copy topics to another cluster, compressed sets kept"),
+    "replay-log": (
+        "aiokafka07.tools.replay_log",
+        "send a topic's messages again, to another topic",
+    ),
+    "producer-perf": ("aiokafka07.tools.producer_perf", "producer throughput, in 0.7.2's columns"),
+    "consumer-perf": (
+        "aiokafka07.tools.consumer_perf",
+        "group consumer throughput, 0.7.2's columns",
+    ),
+    "simple-consumer-perf": (
+        "aiokafka07.tools.simple_consumer_perf",
+        "one partition's fetch throughput, 0.7.2's columns",
+    ),
     "dump-log": ("aiokafka07.tools.dump_log", "decode and check 0.7 log segment files"),
     "broker": ("aiokafka07.tools.broker", "run an embedded Kafka 0.7.2-compatible broker"),
     "demo": ("aiokafka07.demo", "a whole pipeline, Spark included, on a throw-away cluster"),
@@ -57,7 +78,8 @@ PROG = "aiokafka07"
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    listing = "\n".join(f"  {name:<16}{help_}" for name, (_, help_) in COMMANDS.items())
+    width = max(map(len, COMMANDS)) + 2
+    listing = "\n".join(f"  {name:<{width}}{help_}" for name, (_, help_) in COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog=PROG,
         usage=f"{PROG} [--debug] COMMAND [ARGS...]",

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import queue
+import random
 import sys
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import IO, Any, TextIO
 from ..cluster import parse_broker_list
 from ..connection import BrokerAddress
 from ..records import TopicPartition
-from ..znodes import read_brokers, read_topic_registrations
+from ..znodes import GroupRegistry, read_brokers, read_topic_registrations
 from ..zookeeper import ZooKeeper
 
 __all__ = [
@@ -34,7 +35,9 @@ __all__ = [
     "add_cluster_options",
     "add_zk_timeout",
     "delete_tree",
+    "describe_exit_status",
     "format_table",
+    "fresh_group",
     "human_bytes",
     "parse_broker_partitions",
     "parse_brokers",
@@ -42,6 +45,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "read_brokers",
+    "refuse_live_members",
     "silence_stdout",
     "stop_acknowledged",
     "topic_partitions",
@@ -424,3 +428,37 @@ def stop_acknowledged() -> None:
     if uncancel is not None and cancelling is not None:
         while cancelling():
             uncancel()
+
+
+# -- help and checks the newer commands share ---------------------------------------------
+
+
+def describe_exit_status(parser: argparse.ArgumentParser, statuses: dict[int, str]) -> None:
+    """End ``--help`` with the command's exit statuses (1 and 2 are the dispatcher's:
+    errors and bad arguments; 130 is an interruption by Ctrl-C)."""
+    statuses = {
+        1: "an error, reported in one line",
+        2: "bad arguments",
+        130: "interrupted by Ctrl-C (143: SIGTERM)",
+        **statuses,
+    }
+    lines = [f"  {code:<4} {text}" for code, text in sorted(statuses.items())]
+    parser.epilog = "exit status:\n" + "\n".join(lines)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+async def refuse_live_members(registry: GroupRegistry, consequence: str) -> None:
+    """Raise :class:`CommandError` when the group has live members, which ``consequence``
+    describes (they would overwrite what the command writes, or lose their state)."""
+    members = await registry.member_ids()
+    if members:
+        live = plural(len(members), "live member")
+        raise CommandError(f"group {registry.group} has {live}; {consequence}")
+
+
+async def fresh_group(zk: ZooKeeper, prefix: str) -> str:
+    """``<prefix>-<0..99999>`` (0.7.2's form of a tool's own group) that no group uses yet."""
+    while True:
+        group = f"{prefix}-{random.randrange(100000)}"
+        if not await GroupRegistry(zk, group).exists():
+            return group

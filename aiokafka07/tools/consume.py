@@ -14,7 +14,8 @@ Output formats: ``raw`` (payload and a newline, as 0.7.2), ``hex``, ``length-pre
 (what ``produce --format length-prefixed`` reads) and ``json`` (one object per line:
 ``topic``, ``broker_id``, ``partition``, ``offset`` — the 0.7 "next offset", where a
 consumer resumes after this message — ``value``, and ``encoding``: ``utf-8`` when the value
-is shown as text, ``base64`` when it is not valid UTF-8).
+is shown as text, ``base64`` when it is not valid UTF-8), and 0.7.2's ``checksum``, or a
+formatter of your own with its ``--property`` settings (see :mod:`.formatters`).
 
 Output goes through a writer thread, a batch of records at a time. It ends after
 ``--max-messages``, after ``--timeout-ms`` without a message, when stdout's reader goes
@@ -41,7 +42,7 @@ from ..group import Consumer
 from ..group.subscription import TopicFilter
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST
-from ..records import ConsumerRecord
+from ..records import ConsumerRecord, TopicPartition
 from ..simple import SimpleConsumer
 from ..znodes import GroupRegistry
 from ..zookeeper import ZooKeeper
@@ -60,9 +61,12 @@ from .common import (
     topic_partitions,
     zookeeper_session,
 )
+from .formatters import MessageFormatter, build_formatter, parse_properties
 
 Formatter = Callable[[ConsumerRecord], bytes]
 NextBatch = Callable[[float | None, int | None], Awaitable[list[ConsumerRecord]]]
+#: Puts back the records of a batch from ``handled`` on (they were not printed).
+Rewind = Callable[[list[ConsumerRecord], int], None]
 
 #: How long a simple-mode reader waits before fetching again once caught up.
 POLL_INTERVAL = 0.1
@@ -164,10 +168,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "-f",
         "--format",
-        choices=list(FORMATS),
+        "--formatter",
+        dest="format",
         default="raw",
+        metavar="FORMAT",
         help="raw (value + newline, default), json (a JSON object per line), hex, "
-        "length-prefixed (4-byte big-endian length + value)",
+        "length-prefixed (4-byte big-endian length + value), checksum (0.7.2's "
+        "'[topic-]checksum:<crc>' lines), or MODULE:FACTORY for your own formatter",
+    )
+    where.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a formatter setting, repeatable (checksum: topic=NAME prefixes 'NAME-')",
+    )
+    where.add_argument(
+        "--skip-message-on-error",
+        action="store_true",
+        help="skip (and report) a message the formatter fails on, instead of stopping",
     )
     where.add_argument(
         "--fetch-size",
@@ -190,6 +209,8 @@ async def run(args: argparse.Namespace) -> int:
         raise CommandError("give --zookeeper (or --brokers for --simple)")
     if args.offset is not None and (args.offset < 0 or args.from_beginning):
         raise CommandError("--offset takes an offset >= 0, and not with --from-beginning")
+    formatter = build_formatter(args.format, parse_properties(args.property), FORMATS)
+    args.formatter = MessageFormatter(formatter, skip_on_error=args.skip_message_on_error)
     progress = Progress("consumed", enabled=args.progress)
     output = Output()
     try:
@@ -210,15 +231,22 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         output.close()
     if not args.quiet:
-        print(progress.summary(), file=sys.stderr, flush=True)
+        skipped = args.formatter.skipped
+        note = f" ({plural(skipped, 'message')} skipped)" if skipped else ""
+        print(progress.summary() + note, file=sys.stderr, flush=True)
     return 0
 
 
 async def _print(
-    next_batch: NextBatch, args: argparse.Namespace, output: Output, progress: Progress
+    next_batch: NextBatch,
+    args: argparse.Namespace,
+    output: Output,
+    progress: Progress,
+    rewind: Rewind | None = None,
 ) -> None:
-    """Write batches until the limit, the timeout, a broken pipe or a stop signal."""
-    formatter = FORMATS[args.format]
+    """Write batches until the limit, the timeout, a broken pipe or a stop signal; a
+    formatter error ends it after what came before was written (and the rest rewound)."""
+    formatter: MessageFormatter = args.formatter
     limit: int | None = args.max_messages
     timeout = None if args.timeout_ms is None else args.timeout_ms / 1000
     try:
@@ -227,8 +255,13 @@ async def _print(
             records = await next_batch(timeout, left)
             if not records:
                 return  # --timeout-ms without a message
-            await output.write(b"".join(map(formatter, records)))
-            progress.add(len(records), sum(len(r.value) for r in records))
+            batch = formatter.format(records)
+            await output.write(batch.data)
+            progress.add(batch.printed, batch.size)
+            if batch.error is not None:
+                if rewind is not None:
+                    rewind(records, batch.handled)
+                raise batch.error
     except asyncio.CancelledError:
         stop_acknowledged()  # Ctrl-C / SIGTERM: the normal way to stop
     except BrokenPipeError:
@@ -258,22 +291,42 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
             connection_timeout_ms=int(args.zk_timeout * 1000),
         )
 
+        # Where each partition stood before the batch: what a rewind goes back to.
+        positions: dict[TopicPartition, int | None] = {}
+
         async def next_batch(timeout: float | None, limit: int | None) -> list[ConsumerRecord]:
+            positions.clear()
+            positions.update((tp, consumer.position(tp)) for tp in consumer.assignment())
             while True:
                 wait = 3600.0 if timeout is None else timeout
                 batches = await consumer.getmany(timeout_ms=wait * 1000, max_records=limit)
                 if batches or timeout is not None:
                     return [record for batch in batches.values() for record in batch]
 
+        def rewind(records: list[ConsumerRecord], handled: int) -> None:
+            """Seek each partition back to its first record not printed, so closing
+            commits only what was printed (a compressed set is then read again whole)."""
+            starts: dict[TopicPartition, int | None] = dict(positions)
+            for record in records[:handled]:
+                starts[_partition_of(record)] = record.offset
+            for tp in {_partition_of(record) for record in records[handled:]}:
+                offset = starts.get(tp)
+                if offset is not None and tp in consumer.assignment():
+                    consumer.seek(tp, offset)
+
         await consumer.start()
         try:
-            await _print(next_batch, args, output, progress)
+            await _print(next_batch, args, output, progress, rewind)
         finally:
             await consumer.close()  # commits what was printed
             if not args.group:
                 await delete_tree(zk, znodes.group_path(group))
     finally:
         await zk.close()
+
+
+def _partition_of(record: ConsumerRecord) -> TopicPartition:
+    return TopicPartition(record.topic, record.broker_id or 0, record.partition)
 
 
 async def _fresh_group(zk: ZooKeeper) -> str:
