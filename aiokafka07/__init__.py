@@ -5,7 +5,8 @@ The sans-IO codec (:mod:`aiokafka07.protocol`), one exception hierarchy
 pipelined broker connections and a pool (:mod:`aiokafka07.connection`,
 :mod:`aiokafka07.pool`), the :class:`SimpleConsumer`, the cluster view
 (:mod:`aiokafka07.cluster`), the :class:`Producer`, the group :class:`Consumer`, a PySpark
-data source (:mod:`aiokafka07.spark`, optional extra), console tools (:mod:`aiokafka07.cli`,
+data source (:mod:`aiokafka07.spark`, optional extra), a logging handler that produces log records
+(:mod:`aiokafka07.logging_handler`), console tools (:mod:`aiokafka07.cli`,
 :mod:`aiokafka07.tools`), the demo pipeline (:mod:`aiokafka07.demo`) and an embedded
 broker with test fixtures (:mod:`aiokafka07.broker`, :mod:`aiokafka07.testing`).
 """
@@ -17,6 +18,7 @@ from .connection import BrokerAddress, BrokerConnection
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .group import Consumer
+from .logging_handler import HandlerStats, KafkaHandler
 from .partitioner import default_partition, java_hash_code
 from .pool import ConnectionPool
 from .producer import Producer, ProduceResult, ProducerMetrics
@@ -40,6 +42,8 @@ __all__ = [
     "Consumer",
     "ConsumerRecord",
     "FetchResult",
+    "HandlerStats",
+    "KafkaHandler",
     "Message",
     "ProduceResult",
     "Producer",
