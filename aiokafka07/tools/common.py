@@ -309,9 +309,11 @@ class ChunkReader:
         size = self.chunk_size
 
         def put(item: bytes | BaseException) -> bool:
+            putting = chunks.put(item)
             try:
-                asyncio.run_coroutine_threadsafe(chunks.put(item), loop).result()
+                asyncio.run_coroutine_threadsafe(putting, loop).result()
             except BaseException:  # the loop is closing: nobody reads any more
+                putting.close()  # never scheduled, perhaps: no "never awaited" warning
                 return False
             return True
 
