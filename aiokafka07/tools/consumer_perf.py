@@ -30,6 +30,7 @@ from ..group import Consumer, Stream
 from ..protocol import validate_topic
 from ..znodes import GroupRegistry, group_path
 from .common import (
+    Progress,
     add_cluster_options,
     delete_tree,
     describe_exit_status,
@@ -39,7 +40,7 @@ from .common import (
     stop_acknowledged,
     zookeeper_session,
 )
-from .perf import Meter, add_perf_options
+from .perf import Meter, add_perf_options, perf_progress
 
 log = logging.getLogger("aiokafka07.tools.consumer_perf")
 
@@ -123,12 +124,14 @@ async def run(args: argparse.Namespace) -> int:
         await consumer.start()
         total.restart()
         budget = Budget(args.messages)
+        progress = perf_progress(args, "consumed")
         readers = [
-            asyncio.ensure_future(_stream(stream, args, total, budget, last))
+            asyncio.ensure_future(_stream(stream, args, total, budget, last, progress))
             for stream in consumer.streams
         ]
         try:
-            await asyncio.gather(*readers)
+            async with progress:
+                await asyncio.gather(*readers)
         except asyncio.CancelledError:
             stop_acknowledged()  # Ctrl-C: print what was read so far
         finally:
@@ -188,7 +191,12 @@ class Budget:
 
 
 async def _stream(
-    stream: Stream, args: argparse.Namespace, total: Meter, budget: Budget, last: list[float]
+    stream: Stream,
+    args: argparse.Namespace,
+    total: Meter,
+    budget: Budget,
+    last: list[float],
+    progress: Progress,
 ) -> None:
     """One 0.7.2 ConsumerPerfThread: read the stream until it times out or the run's
     --messages are read; count messages and payload bytes."""
@@ -212,6 +220,7 @@ async def _stream(
         size = sum(len(r.value) for r in records)
         last[:] = [time.perf_counter()]
         total.add(len(records), size)
+        progress.add(len(records), size)
         if meter.add(len(records), size) and args.show_detailed_stats:
             print(meter.detail_row(args.date_format, [stream.index, args.fetch_size]), flush=True)
     if args.show_detailed_stats:

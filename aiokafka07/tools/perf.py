@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..cluster import Cluster, StaticCluster, ZooKeeperCluster
-from .common import CommandError, parse_brokers, positive_int
+from .common import CommandError, Progress, parse_brokers, positive_int
 
 __all__ = [
     "MIB",
@@ -32,6 +32,7 @@ __all__ = [
     "add_perf_options",
     "brokerinfo_cluster",
     "java_date_format",
+    "perf_progress",
     "rate",
 ]
 
@@ -153,6 +154,17 @@ def add_perf_options(parser: argparse.ArgumentParser, *, messages_required: bool
         help="a row per reporting interval (per thread) instead of one summary row",
     )
     group.add_argument("--hide-header", action="store_true", help="no header row")
+    group.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="report progress on stderr every second (default: when stderr is a terminal)",
+    )
+
+
+def perf_progress(args: argparse.Namespace, verb: str) -> Progress:
+    """The stderr status line of a run (``--progress``; by default on a terminal)."""
+    return Progress(verb, enabled=args.progress)
 
 
 def rate(amount: float, seconds: float) -> float:

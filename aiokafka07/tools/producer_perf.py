@@ -36,12 +36,13 @@ from ..producer import Producer
 from ..protocol import Compression, validate_topic
 from .common import (
     CommandError,
+    Progress,
     add_cluster_options,
     describe_exit_status,
     positive_int,
     stop_acknowledged,
 )
-from .perf import Meter, add_perf_options, brokerinfo_cluster
+from .perf import Meter, add_perf_options, brokerinfo_cluster, perf_progress
 
 HEADER = (
     "start.time, end.time, compression, message.size, batch.size, total.data.sent.in.MB, "
@@ -151,9 +152,10 @@ async def run(args: argparse.Namespace) -> int:
             await producer.start()
         total.restart()
         try:
-            await asyncio.gather(
-                *(_thread(i, producer, args) for i, producer in enumerate(producers))
-            )
+            async with perf_progress(args, "sent") as progress:
+                await asyncio.gather(
+                    *(_thread(i, p, args, progress) for i, p in enumerate(producers))
+                )
         except asyncio.CancelledError:
             interrupted = True
             stop_acknowledged()
@@ -181,7 +183,9 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _thread(thread_id: int, producer: Producer, args: argparse.Namespace) -> None:
+async def _thread(
+    thread_id: int, producer: Producer, args: argparse.Namespace, progress: Progress
+) -> None:
     """One 0.7.2 ProducerThread: its share of the messages, in batches (sync) or one by
     one (async), with a detailed row every --reporting-interval messages."""
     meter = Meter(args.reporting_interval)
@@ -194,6 +198,7 @@ async def _thread(thread_id: int, producer: Producer, args: argparse.Namespace) 
             else:
                 value = fixed
             await producer.send(topic, value)
+            progress.add(1, len(value))
             if meter.add(1, len(value)) and args.show_detailed_stats:
                 _detail(thread_id, meter, args)
         return
@@ -205,6 +210,7 @@ async def _thread(thread_id: int, producer: Producer, args: argparse.Namespace) 
         futures = [await producer.send(topic, value) for value in values]
         await asyncio.wait(futures)  # 0.7.2's sync send: the batch is written (or failed)
         sent = [v for v, f in zip(values, futures, strict=True) if f.exception() is None]
+        progress.add(len(sent), sum(map(len, sent)))
         if meter.add(len(sent), sum(map(len, sent))) and args.show_detailed_stats:
             _detail(thread_id, meter, args)
 

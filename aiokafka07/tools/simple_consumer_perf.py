@@ -27,7 +27,7 @@ import time
 from ..protocol import EARLIEST, LATEST, validate_topic
 from ..simple import SimpleConsumer
 from .common import CommandError, describe_exit_status, positive_int, stop_acknowledged
-from .perf import Meter, add_perf_options
+from .perf import Meter, add_perf_options, perf_progress
 
 HEADER = (
     "start.time, end.time, fetch.size, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec"
@@ -92,12 +92,14 @@ async def run(args: argparse.Namespace) -> int:
         meter.restart()
         batches = consumer.batches(args.topic, args.partition, offsets[0] if offsets else 0)
         try:
-            async with contextlib.aclosing(batches):
+            async with perf_progress(args, "consumed") as progress, contextlib.aclosing(batches):
                 async for batch in batches:
                     records = batch.messages
                     if limit is not None:
                         records = records[: limit - meter.messages]
-                    meter.add(len(records), sum(len(r.value) for r in records))
+                    size = sum(len(r.value) for r in records)
+                    meter.add(len(records), size)
+                    progress.add(len(records), size)
                     since_report += len(records)
                     if since_report > args.reporting_interval:
                         since_report = 0
