@@ -303,6 +303,22 @@ async def test_truncates_and_refuses_bad_configuration(
         assert await topic_values(cluster, "cut") == ["é" * 25, "short"]
 
 
+async def run_script(tmp_path: Path, text: str, *args: str) -> tuple[bytes, bytes]:
+    """Run ``text`` as an application script with this checkout importable; it must
+    exit 0 within a minute. Its (stdout, stderr)."""
+    script = tmp_path / "app.py"
+    script.write_text(text)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return out, err
+
+
 SCRIPT = """
 import logging, sys, threading
 from aiokafka07 import KafkaHandler
@@ -345,17 +361,8 @@ async def test_a_script_at_debug_level_sends_only_its_records_and_exits(
     """The whole library logs at DEBUG into the root logger the handler sits on, and a
     formatter logs too: only the application's records reach the topic, the others reach
     the other handler, and the interpreter's exit delivers everything and ends."""
-    script = tmp_path / "app.py"
-    script.write_text(SCRIPT)
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     async with kafka_cluster(1, num_partitions=1) as cluster:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), zookeeper, "script-logs",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": path},
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, err.decode()
+        out, err = await run_script(tmp_path, SCRIPT, zookeeper, "script-logs")
         assert out == b"logged\n"
         values = await topic_values(cluster, "script-logs")
         assert sorted(values) == sorted(
@@ -394,17 +401,8 @@ print(f"reconfigured in {time.monotonic() - started:.1f} s", flush=True)
 async def test_dict_config_replacing_the_handler_neither_hangs_nor_loses_records(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str, tmp_path: Path
 ) -> None:
-    script = tmp_path / "configured.py"
-    script.write_text(DICT_CONFIG_SCRIPT)
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     async with kafka_cluster(1, num_partitions=1) as cluster:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), zookeeper, "configured-logs",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": path},
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, err.decode()
+        out, _ = await run_script(tmp_path, DICT_CONFIG_SCRIPT, zookeeper, "configured-logs")
         assert out == b"reconfigured in 0.0 s\n"
         # The handler's thread finished in the background, waited for at exit.
         values = await topic_values(cluster, "configured-logs")

@@ -33,12 +33,14 @@ __all__ = [
     "Output",
     "Progress",
     "add_cluster_options",
+    "add_progress_option",
     "add_zk_timeout",
     "delete_tree",
     "describe_exit_status",
     "format_table",
     "fresh_group",
     "human_bytes",
+    "non_negative_int",
     "parse_broker_partitions",
     "parse_brokers",
     "plural",
@@ -62,13 +64,25 @@ class CommandError(Exception):
 
 def positive_int(text: str) -> int:
     """argparse type: an integer ≥ 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer ≥ 0."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
 def positive_float(text: str) -> float:
@@ -433,6 +447,16 @@ def stop_acknowledged() -> None:
 
 
 # -- help and checks the newer commands share ---------------------------------------------
+
+
+def add_progress_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--progress`` / ``--no-progress``: a status line on stderr, by default on a terminal."""
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="report progress on stderr (default: when stderr is a terminal)",
+    )
 
 
 def describe_exit_status(parser: argparse.ArgumentParser, statuses: dict[int, str]) -> None:

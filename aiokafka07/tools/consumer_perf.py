@@ -40,7 +40,7 @@ from .common import (
     stop_acknowledged,
     zookeeper_session,
 )
-from .perf import Meter, add_perf_options, perf_progress
+from .perf import Meter, add_fetch_size, add_perf_options, perf_progress
 
 log = logging.getLogger("aiokafka07.tools.consumer_perf")
 
@@ -62,13 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--group", help="the consumer group (default: a new perf-consumer-<n>, deleted at the end)"
     )
-    parser.add_argument(
-        "--fetch-size",
-        type=positive_int,
-        default=1048576,
-        metavar="BYTES",
-        help="bytes per partition per fetch (1048576)",
-    )
+    add_fetch_size(parser, "bytes per partition per fetch")
     parser.add_argument(
         "--from-latest",
         action="store_true",

@@ -24,13 +24,17 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..cluster import Cluster, StaticCluster, ZooKeeperCluster
-from .common import CommandError, Progress, parse_brokers, positive_int
+from ..protocol import Compression
+from .common import CommandError, Progress, add_progress_option, parse_brokers, positive_int
 
 __all__ = [
     "MIB",
     "Meter",
+    "add_fetch_size",
     "add_perf_options",
+    "add_sender_options",
     "brokerinfo_cluster",
+    "compression_codec",
     "java_date_format",
     "perf_progress",
     "rate",
@@ -154,11 +158,47 @@ def add_perf_options(parser: argparse.ArgumentParser, *, messages_required: bool
         help="a row per reporting interval (per thread) instead of one summary row",
     )
     group.add_argument("--hide-header", action="store_true", help="no header row")
-    group.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="report progress on stderr every second (default: when stderr is a terminal)",
+    add_progress_option(group)
+
+
+def compression_codec(text: str) -> Compression:
+    """``--compression-codec``: 0.7.2's number (0, 1, 2) or a name."""
+    try:
+        return Compression.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_sender_options(parser: argparse.ArgumentParser, *, threads: int, threads_help: str) -> None:
+    """``--batch-size``, ``--threads`` and ``--compression-codec``, as 0.7.2's
+    ProducerPerformance and ReplayLogProducer take them."""
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=200, metavar="N", help="messages per batch (200)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=threads,
+        metavar="N",
+        help=f"{threads_help} ({threads})",
+    )
+    parser.add_argument(
+        "--compression-codec",
+        type=compression_codec,
+        default=Compression.NONE,
+        metavar="CODEC",
+        help="compress what is sent: 0 (none, default), 1 (gzip), 2 (snappy), or the name",
+    )
+
+
+def add_fetch_size(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--fetch-size`` (0.7.2's 1 MiB default)."""
+    parser.add_argument(
+        "--fetch-size",
+        type=positive_int,
+        default=1048576,
+        metavar="BYTES",
+        help=f"{what} (1048576)",
     )
 
 

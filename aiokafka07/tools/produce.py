@@ -238,20 +238,32 @@ async def run(args: argparse.Namespace) -> int:
             outcome = "interrupted"
             raise
         finally:
-            try:
-                await producer.close()  # everything accepted is delivered, or this raises
-            except ProducerClosedError as exc:
-                raise CommandError(undelivered(exc, producer)) from exc
-            finally:
-                await cluster.close()
-            if outcome != "failed" and not args.quiet:
-                progress.messages = producer.metrics.messages_sent
-                progress.bytes = producer.metrics.bytes_sent
-                text = f"{progress.summary()} to {args.topic}"
-                if outcome == "interrupted":
-                    text += " (interrupted)"
-                print(text, file=sys.stderr, flush=True)
+            summary = None if outcome == "failed" or args.quiet else f"to {args.topic}"
+            await finish_sending(producer, cluster, progress, summary, outcome == "interrupted")
     return 0
+
+
+async def finish_sending(
+    producer: Producer,
+    cluster: Cluster,
+    progress: Progress,
+    summary: str | None,
+    interrupted: bool,
+) -> None:
+    """Close ``producer``, which delivers everything it accepted (or raise
+    :class:`CommandError` naming what it could not), then ``cluster``; then print the
+    summary of what was delivered, ending with ``summary`` (None: no summary)."""
+    try:
+        await producer.close()
+    except ProducerClosedError as exc:
+        raise CommandError(undelivered(exc, producer)) from exc
+    finally:
+        await cluster.close()
+    if summary is not None:
+        progress.messages = producer.metrics.messages_sent
+        progress.bytes = producer.metrics.bytes_sent
+        text = f"{progress.summary()} {summary}" + (" (interrupted)" if interrupted else "")
+        print(text, file=sys.stderr, flush=True)
 
 
 async def _send(

@@ -39,10 +39,10 @@ from .common import (
     Progress,
     add_cluster_options,
     describe_exit_status,
-    positive_int,
+    non_negative_int,
     stop_acknowledged,
 )
-from .perf import Meter, add_perf_options, brokerinfo_cluster, perf_progress
+from .perf import Meter, add_perf_options, add_sender_options, brokerinfo_cluster, perf_progress
 
 HEADER = (
     "start.time, end.time, compression, message.size, batch.size, total.data.sent.in.MB, "
@@ -52,25 +52,6 @@ DETAILED_HEADER = (
     "time, compression, thread.id, message.size, batch.size, total.data.sent.in.MB, MB.sec, "
     "total.data.sent.in.nMsg, nMsg.sec"
 )
-
-
-def compression_codec(text: str) -> Compression:
-    """``--compression-codec``: 0.7.2's number (0, 1, 2) or a name."""
-    try:
-        return Compression.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -100,19 +81,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="hand messages over one by one, the producer batches (default: send batches "
         "and wait for each)",
     )
-    parser.add_argument(
-        "--batch-size", type=positive_int, default=200, metavar="N", help="messages per batch (200)"
-    )
-    parser.add_argument(
-        "--threads", type=positive_int, default=10, metavar="N", help="producers (10)"
-    )
-    parser.add_argument(
-        "--compression-codec",
-        type=compression_codec,
-        default=Compression.NONE,
-        metavar="CODEC",
-        help="0 (none, default), 1 (gzip), 2 (snappy), or the name",
-    )
+    add_sender_options(parser, threads=10, threads_help="producers")
     parser.add_argument(
         "--confirm",
         action="store_true",

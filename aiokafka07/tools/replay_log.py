@@ -24,27 +24,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sys
 
 from ..connection import BrokerAddress
-from ..errors import KafkaError, ProducerClosedError
+from ..errors import KafkaError
 from ..pool import ConnectionPool
 from ..producer import Producer, ProduceResult
-from ..protocol import EARLIEST, LATEST, Compression, validate_topic
+from ..protocol import EARLIEST, LATEST, validate_topic
 from ..simple import SimpleConsumer
 from .common import (
     CommandError,
     Progress,
+    add_progress_option,
     add_zk_timeout,
     describe_exit_status,
+    non_negative_int,
     positive_int,
     read_brokers,
     topic_partitions,
     zookeeper_session,
 )
-from .perf import brokerinfo_cluster
-from .produce import undelivered
-from .producer_perf import compression_codec, non_negative_int
+from .perf import add_sender_options, brokerinfo_cluster
+from .produce import finish_sending
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -85,25 +85,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="pause this long after each batch (0)",
     )
-    parser.add_argument(
-        "--batch-size", type=positive_int, default=200, metavar="N", help="messages per batch (200)"
-    )
-    parser.add_argument(
-        "--threads", type=positive_int, default=1, metavar="N", help="partitions read at a time (1)"
-    )
-    parser.add_argument(
-        "--compression-codec",
-        type=compression_codec,
-        default=Compression.NONE,
-        metavar="CODEC",
-        help="compress what is sent: 0 (none, default), 1 (gzip), 2 (snappy), or the name",
-    )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="report progress on stderr (default: when stderr is a terminal)",
-    )
+    add_sender_options(parser, threads=1, threads_help="partitions read at a time")
+    add_progress_option(parser)
     parser.add_argument(
         "--reporting-interval",
         type=positive_int,
@@ -153,19 +136,10 @@ async def run(args: argparse.Namespace) -> int:
         outcome = "interrupted"
         raise
     finally:
-        try:
-            await producer.close()  # everything read is delivered, or this raises
-        except ProducerClosedError as exc:
-            raise CommandError(undelivered(exc, producer)) from exc
-        finally:
-            await target.close()
-            if outcome != "failed" and not args.quiet:
-                progress.messages = producer.metrics.messages_sent
-                progress.bytes = producer.metrics.bytes_sent
-                text = f"{progress.summary()} from {args.inputtopic} to {args.outputtopic}"
-                if outcome == "interrupted":
-                    text += " (interrupted)"
-                print(text, file=sys.stderr, flush=True)
+        summary: str | None = f"from {args.inputtopic} to {args.outputtopic}"
+        if outcome == "failed" or args.quiet:
+            summary = None
+        await finish_sending(producer, target, progress, summary, outcome == "interrupted")
     return 0
 
 

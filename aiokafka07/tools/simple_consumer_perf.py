@@ -26,8 +26,8 @@ import time
 
 from ..protocol import EARLIEST, LATEST, validate_topic
 from ..simple import SimpleConsumer
-from .common import CommandError, describe_exit_status, positive_int, stop_acknowledged
-from .perf import Meter, add_perf_options, perf_progress
+from .common import CommandError, describe_exit_status, stop_acknowledged
+from .perf import Meter, add_fetch_size, add_perf_options, perf_progress
 
 HEADER = (
     "start.time, end.time, fetch.size, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec"
@@ -60,13 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--partition", type=int, default=0, metavar="N", help="the partition on that broker (0)"
     )
-    parser.add_argument(
-        "--fetch-size",
-        type=positive_int,
-        default=1048576,
-        metavar="BYTES",
-        help="bytes per fetch (1048576)",
-    )
+    add_fetch_size(parser, "bytes per fetch")
     parser.add_argument(
         "--from-latest", action="store_true", help="start at the log end (default: earliest)"
     )
