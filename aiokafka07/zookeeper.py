@@ -119,6 +119,12 @@ class ZooKeeper:
         )
         try:
             await asyncio.wait_for(client.start(), self.connection_timeout_ms / 1000)
+        except asyncio.CancelledError:
+            # Cut short (Ctrl-C, a caller giving up): stop aiozk's attempts too, or its
+            # tasks outlive us and complain when they are torn down.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), 1.0)
+            raise
         except (asyncio.TimeoutError, OSError, zk_exc.ZKError) as exc:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), 1.0)
