@@ -392,14 +392,28 @@ class KafkaHandler(logging.Handler):
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_until_complete(self._main())
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
         except BaseException:
             log.exception("the Kafka log handler of %s failed", self.topic)
         finally:
             with self._state:
                 self._broken = True
                 self._drop_waiting()
-            self._loop.close()
+            try:
+                self._loop.run_until_complete(self._cancel_stragglers())
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            finally:
+                self._loop.close()
+
+    async def _cancel_stragglers(self) -> None:
+        """Cancel and await what is left on the loop (as :func:`asyncio.run` does), such
+        as a ZooKeeper client's tasks when a connection attempt was cut short."""
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            if pending:
+                log.warning("%d tasks of the Kafka log handler did not stop", len(pending))
 
     async def _main(self) -> None:
         supervisor = Supervisor(f"kafka-log-handler-{self.topic}", log)
@@ -421,7 +435,7 @@ class KafkaHandler(logging.Handler):
                 self.close_timeout,
             )
         finally:
-            await supervisor.aclose(timeout=1.0)
+            await supervisor.aclose(timeout=3.0)  # a ZooKeeper connect cut short: 1 s
             if self._producer is not None:
                 # Cut short: nothing more is waited for.
                 with contextlib.suppress(KafkaError, asyncio.TimeoutError):
