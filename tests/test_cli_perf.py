@@ -18,6 +18,7 @@ from aiokafka07.zookeeper import ZooKeeper
 from .test_cli_common import fails, ok, run_cli, start_cli, stop_cli
 from .test_cli_offsets_groups import broker_offsets
 from .test_cli_produce_consume import committed, parse_json, registered, shallow_codecs, value_of
+from .wire import eventually
 
 MIB = 1024 * 1024
 #: A magic-1 entry's header in the log: 4 bytes of length, magic, attributes, CRC.
@@ -283,3 +284,50 @@ async def test_producer_perf_stops_on_ctrl_c_with_a_row(
         assert code == 130, err
         assert "Traceback" not in err
         assert "interrupted: the row counts what was delivered until then" in err
+
+
+async def test_replay_log_stops_on_ctrl_c_after_delivering_what_it_read(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    zk = ["--zookeeper", zookeeper]
+    async with kafka_cluster(1, num_partitions=1) as cluster:
+        await produce_fixed(zookeeper, "long", 100, 10)
+        await registered(zookeeper, cluster, "long")
+        # A batch of 10, then a pause far longer than the test: stopped in the pause.
+        proc = await start_cli("replay-log", *zk, "--inputtopic", "long", "--outputtopic",
+                               "copy", "--batch-size", "10", "--delay-btw-batch-ms",
+                               "600000")  # fmt: skip
+
+        async def copied() -> int:
+            try:
+                return await broker_offsets_one(cluster, "copy")
+            except Exception:
+                return 0  # not created yet
+
+        await eventually(copied, timeout=30)
+        code, out, err = await stop_cli(proc, signal.SIGINT)
+        assert out == b""
+        assert code == 130, err
+        assert "Traceback" not in err
+        assert err.startswith("replayed 10 messages (100 B) in ")
+        assert err.strip().endswith(" from long to copy (interrupted)")
+        assert await broker_offsets_one(cluster, "copy") == 10 * (10 + ENTRY_HEADER)
+
+
+NEW_COMMANDS = [
+    "update-offsets",
+    "verify-rebalance",
+    "replay-log",
+    "producer-perf",
+    "consumer-perf",
+    "simple-consumer-perf",
+]
+
+
+async def test_new_commands_document_their_exit_statuses() -> None:
+    results = await asyncio.gather(*(run_cli(name, "--help") for name in NEW_COMMANDS))
+    for name, (code, out, _) in zip(NEW_COMMANDS, results, strict=True):
+        assert code == 0
+        epilog = out.decode().split("exit status:\n", 1)[1].splitlines()
+        statuses = {line.split()[0] for line in epilog if line.strip()}
+        assert {"0", "1", "2", "130"} <= statuses, name
