@@ -61,9 +61,8 @@ from .common import (
     topic_partitions,
     zookeeper_session,
 )
-from .formatters import MessageFormatter, build_formatter, parse_properties
+from .formatters import Formatter, MessageFormatter, build_formatter, parse_properties
 
-Formatter = Callable[[ConsumerRecord], bytes]
 NextBatch = Callable[[float | None, int | None], Awaitable[list[ConsumerRecord]]]
 #: Puts back the records of a batch from ``handled`` on (they were not printed).
 Rewind = Callable[[list[ConsumerRecord], int], None]
