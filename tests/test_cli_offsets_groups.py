@@ -128,7 +128,7 @@ async def test_groups_list_describe_and_offsets_round_trip(
             rewound = tmp_path / "rewound.json"
             rewound.write_text(json.dumps({"offsets": {"lag": dict.fromkeys(log_end, 0)}}))
             error = await fails("import-offsets", "readers", str(rewound), *zk)
-            assert "group readers has 1 live member, which would" in error
+            assert "group readers has 1 live member; they would overwrite" in error
             preview = await ok("import-offsets", "readers", str(rewound), *zk, "--dry-run")
             moved = sum(1 for offset in stored.values() if offset)
             assert f"would change {moved} of 4 offsets of group readers" in preview.decode()

@@ -17,13 +17,12 @@ import asyncio
 import sys
 from pathlib import Path
 
-from ..group import GroupRegistry
+from ..znodes import GroupRegistry
 from .common import (
     ChunkReader,
-    CommandError,
     add_cluster_options,
     format_table,
-    plural,
+    refuse_live_members,
     zookeeper_session,
 )
 from .offset_files import parse_offsets
@@ -49,12 +48,9 @@ async def run(args: argparse.Namespace) -> int:
     _, offsets = parse_offsets(text, source)
     async with zookeeper_session(args) as zk:
         registry = GroupRegistry(zk, args.group)
-        members = await zk.get_children(f"{registry.root}/ids")
-        if members and not args.force and not args.dry_run:
-            live = plural(len(members), "live member")
-            raise CommandError(
-                f"group {args.group} has {live}, which would overwrite the imported offsets; "
-                "stop them first (or --force)"
+        if not args.force and not args.dry_run:
+            await refuse_live_members(
+                registry, "they would overwrite the imported offsets; stop them first (or --force)"
             )
         rows = []
         changed = 0
