@@ -379,21 +379,20 @@ class BrokerConnection(asyncio.Protocol):
             self._paused or self._conversation.outbox_bytes > self.max_unsent_bytes
         )
 
-    async def drain(self) -> None:
+    async def _writable(self) -> None:
         """Wait while the transport is paused or more than ``max_unsent_bytes`` wait for
-        the socket (flow control). A socket that takes nothing for ``request_timeout``
-        closes the connection with :class:`RequestTimeoutError`. Returns at once when the
-        connection is closed (the requests' own futures carry the error)."""
+        the socket. A socket that takes nothing for ``request_timeout`` closes the
+        connection, and this raises :class:`RequestTimeoutError`. Returns at once when
+        the connection is closed."""
         if not self._must_wait():
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout
         while self._must_wait():
-            remaining = deadline - loop.time()
             waiter: asyncio.Future[None] = loop.create_future()
             self._drain_waiters.append(waiter)
             try:
-                await asyncio.wait_for(waiter, max(remaining, 0))
+                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
             except asyncio.TimeoutError:
                 if self._must_wait():
                     reason = RequestTimeoutError(
@@ -403,6 +402,20 @@ class BrokerConnection(asyncio.Protocol):
                     )
                     log.warning("closing the connection to %s: %s", self.address, reason)
                     self._fail(reason, abort=True)
+                    raise reason from None
+
+    async def drain(self) -> None:
+        """Flow control: wait while the transport is paused or more than
+        ``max_unsent_bytes`` wait for the socket. Raises :class:`RequestTimeoutError` if
+        the socket takes nothing for ``request_timeout`` (the connection is then closed),
+        :class:`KafkaConnectionError` if the connection is closed."""
+        await self._writable()
+        if self._closed is not None:
+            raise KafkaConnectionError(
+                f"connection to {self.address} is closed ({self._closed})",
+                broker=str(self.address),
+                maybe_delivered=True,
+            )
 
     # -- requests -----------------------------------------------------------------------
 
@@ -418,7 +431,7 @@ class BrokerConnection(asyncio.Protocol):
         self._watch(future, self._conversation.send_request(frame, future))
         self._queued()
         try:
-            await self.drain()
+            await self._writable()
             return await future
         except asyncio.CancelledError:
             future.cancel()  # unsent: never written; sent: its answer is dropped
@@ -432,10 +445,20 @@ class BrokerConnection(asyncio.Protocol):
         :class:`~aiokafka07.errors.MalformedFrameError`: their answers would be taken for
         someone else's.
         """
-        future = self.submit_produce(frame, confirm=False)
-        await self.drain()
+        await self._unconfirmed(self.submit_produce(frame, confirm=False))
+
+    async def _unconfirmed(self, future: asyncio.Future[int | None]) -> None:
+        """Flow control for a produce nobody confirms; its failure, if known, is raised."""
+        future.add_done_callback(_retrieve)  # the caller does not wait for the write
+        await self._writable()
         if future.done() and not future.cancelled() and future.exception() is not None:
             raise future.exception()  # type: ignore[misc]
+        if self._closed is not None:
+            raise KafkaConnectionError(
+                f"connection to {self.address} is closed ({self._closed})",
+                broker=str(self.address),
+                maybe_delivered=True,
+            )
 
     def submit_produce(self, frame: bytes, *, confirm: bool) -> asyncio.Future[int | None]:
         """Queue a PRODUCE / MULTIPRODUCE frame now; return its outcome as a future.
@@ -472,12 +495,12 @@ class BrokerConnection(asyncio.Protocol):
         if future not in self._probes:
             future.set_result(body)
             return
-        self._probes.discard(future)
         try:
             offsets = decode_offsets_response(body).offsets
         except ProtocolError as exc:
-            self._reject(future, exc)
+            self._reject(future, exc)  # a well-framed but undecodable answer
         else:
+            self._probes.discard(future)
             future.set_result(offsets[0] if offsets else 0)
 
     def _reject(self, future: asyncio.Future[Any], exc: Exception) -> None:
@@ -583,11 +606,10 @@ class BrokerConnection(asyncio.Protocol):
     async def _produce(self, frame: bytes, confirm: bool) -> int | None:
         future = self.submit_produce(frame, confirm=confirm)
         if not confirm:
-            future.add_done_callback(_retrieve)  # the caller does not wait for the write
-            await self.drain()
+            await self._unconfirmed(future)
             return None
         try:
-            await self.drain()
+            await self._writable()
             return await future
         except asyncio.CancelledError:
             future.cancel()

@@ -27,6 +27,7 @@ work it held with the crash's error; the next message starts a new one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -182,7 +183,8 @@ class Sender:
                 sum(b.count for b in batches),
                 sum(b.size for b in batches),
             )
-        await conn.drain()
+        with contextlib.suppress(KafkaConnectionError):
+            await conn.drain()  # flow control; a failure reaches the request's future
         if isolated:
             await asyncio.wait([future])
 
