@@ -202,10 +202,10 @@ class Accumulator:
         values.append(value)
         size = batch.size = batch.size + len(value)
         if len(values) >= batch.count_cap or size >= batch.byte_cap:
-            self._capped(batch)
+            self.capped(batch)
         return future
 
-    def _capped(self, batch: Batch) -> None:
+    def capped(self, batch: Batch) -> None:
         """A hot batch used its room: sealed if full, else (the buffer is) just cooled."""
         self._cool(batch)
         if len(batch.values) >= self.batch_size or batch.size >= self.batch_bytes:

@@ -169,6 +169,11 @@ class Producer:
             max_message_size=self.max_message_size,
             on_new_queue=self._new_broker,
         )
+        # Where send() finds a topic's hot batch: none ever with a value_serializer (the
+        # hot path takes bytes as they are).
+        self._hot = self._accumulator.hot if value_serializer is None else {}
+        # The loop's create_future, bound at start() (the hot path calls it per message).
+        self._create_future: Callable[[], asyncio.Future[Any]] = asyncio.Future
         self._outcomes = Outcomes(self._metrics, self._accumulator.release)
         self._sender = Sender(
             accumulator=self._accumulator,
@@ -232,6 +237,7 @@ class Producer:
             await self.cluster.start()
         self._loop = asyncio.get_running_loop()
         self._accumulator.bind(self._loop)
+        self._create_future = self._loop.create_future
         self._started = True
         log.info(
             "producer started on %r: compression %s%s, confirm %s (%s when unconfirmed), "
@@ -453,11 +459,21 @@ class Producer:
         for it; :class:`MessageTooLargeError`), the partition pair
         (:class:`InvalidPartitionError`) and the key (what the partitioner raises).
         """
-        if key is None and partition is None and type(value) is bytes and self._plain_values:
-            future = self._accumulator.append_hot(topic, value)  # the hot path
-            if future is not None:
-                if self._accumulator.sealed:
-                    await self._let_senders_run()
+        if key is None and partition is None and type(value) is bytes:
+            # The accumulator's hot path (Accumulator.append_hot), inlined: a call costs
+            # a fifth of the per-message work here.
+            batch = self._hot.get(topic)
+            size = len(value)
+            if batch is not None and size <= self.max_message_size:
+                future: asyncio.Future[ProduceResult] = self._create_future()
+                batch.futures.append(future)
+                values = batch.values
+                values.append(value)
+                size = batch.size = batch.size + size
+                if len(values) >= batch.count_cap or size >= batch.byte_cap:
+                    self._accumulator.capped(batch)
+                    if self._accumulator.sealed:
+                        await self._let_senders_run()
                 return future
         future, _ = await self._accept(topic, value, key, partition)
         if self._accumulator.sealed:
@@ -472,7 +488,7 @@ class Producer:
         partition: tuple[int, int] | None = None,
     ) -> asyncio.Future[ProduceResult]:
         """Accept a message, or raise :class:`QueueFullError` if the buffer is full."""
-        if key is None and partition is None and type(value) is bytes and self._plain_values:
+        if key is None and partition is None and type(value) is bytes and topic in self._hot:
             future = self._accumulator.append_hot(topic, value)
             if future is not None:
                 return future
