@@ -314,12 +314,16 @@ class BrokerConnection(asyncio.Protocol):
             else:
                 transport.close()
 
+    def _closed_error(self, *, maybe_delivered: bool) -> KafkaConnectionError:
+        return KafkaConnectionError(
+            f"connection to {self.address} is closed ({self._closed})",
+            broker=str(self.address),
+            maybe_delivered=maybe_delivered,
+        )
+
     def _check_open(self) -> None:
         if self._closed is not None:
-            raise KafkaConnectionError(
-                f"connection to {self.address} is closed ({self._closed})",
-                broker=str(self.address),
-            )
+            raise self._closed_error(maybe_delivered=False)
         if self._transport is None:
             raise KafkaConnectionError(f"connection to {self.address} is not open")
 
@@ -411,11 +415,7 @@ class BrokerConnection(asyncio.Protocol):
         :class:`KafkaConnectionError` if the connection is closed."""
         await self._writable()
         if self._closed is not None:
-            raise KafkaConnectionError(
-                f"connection to {self.address} is closed ({self._closed})",
-                broker=str(self.address),
-                maybe_delivered=True,
-            )
+            raise self._closed_error(maybe_delivered=True)
 
     # -- requests -----------------------------------------------------------------------
 
@@ -454,11 +454,7 @@ class BrokerConnection(asyncio.Protocol):
         if future.done() and not future.cancelled() and future.exception() is not None:
             raise future.exception()  # type: ignore[misc]
         if self._closed is not None:
-            raise KafkaConnectionError(
-                f"connection to {self.address} is closed ({self._closed})",
-                broker=str(self.address),
-                maybe_delivered=True,
-            )
+            raise self._closed_error(maybe_delivered=True)
 
     def submit_produce(self, frame: bytes, *, confirm: bool) -> asyncio.Future[int | None]:
         """Queue a PRODUCE / MULTIPRODUCE frame now; return its outcome as a future.

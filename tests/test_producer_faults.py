@@ -23,31 +23,18 @@ from aiokafka07.errors import (
     RequestTimeoutError,
 )
 from aiokafka07.producer import Producer, ProduceResult
-from aiokafka07.protocol import Message, encode_offsets_response
+from aiokafka07.protocol import Message
 
 from .garbage_server import GarbageServer, Reply, frame
+from .test_connection import offsets_frame, outcome
 from .test_producer import all_values, read_logs
 from .wire import eventually
 
 FAST = {"request_timeout": 0.5, "retries": 1, "retry_backoff_ms": 10, "linger_ms": 0}
 
 
-def offsets_frame(*offsets: int) -> bytes:
-    return encode_offsets_response(offsets)
-
-
 def static(server: GarbageServer) -> str:
     return f"0:{server.host}:{server.port}"
-
-
-async def outcome(awaitable: Any, timeout: float = 10.0) -> Any:
-    """The result or the exception of ``awaitable``; a hang fails the test."""
-    try:
-        return await asyncio.wait_for(awaitable, timeout)
-    except asyncio.TimeoutError:
-        raise AssertionError("hung") from None
-    except Exception as exc:
-        return exc
 
 
 async def closed_in_time(producer: Producer, timeout: float, bound: float) -> Exception | None:

@@ -224,10 +224,7 @@ class Accumulator:
         partition); return its future and its batch. Keyless messages (``route`` None,
         target from :meth:`sticky_target`) make that batch the topic's sticky one."""
         broker_id, partition = target
-        queue = self.queues.get(broker_id)
-        if queue is None:
-            queue = self.queues[broker_id] = BrokerQueue(broker_id)
-            self._on_new_queue(broker_id)
+        queue = self._queue(broker_id)
         batch = queue.open.get((topic, partition))
         if batch is None:
             batch = queue.open[(topic, partition)] = Batch(topic, broker_id, partition)
@@ -257,10 +254,7 @@ class Accumulator:
     def add_batch(self, batch: Batch) -> None:
         """A whole batch (from :meth:`Producer.send_batch`): sealed at once, behind the
         open batch of its partition (sealed too, to keep the partition's order)."""
-        queue = self.queues.get(batch.broker_id)
-        if queue is None:
-            queue = self.queues[batch.broker_id] = BrokerQueue(batch.broker_id)
-            self._on_new_queue(batch.broker_id)
+        queue = self._queue(batch.broker_id)
         before = queue.open.get((batch.topic, batch.partition))
         if before is not None:
             self.seal(before)
@@ -273,12 +267,17 @@ class Accumulator:
     def requeue(self, batch: Batch) -> None:
         """A batch routed again for a retry (still counted in the buffer): ready at once,
         never merged with new messages."""
-        queue = self.queues.get(batch.broker_id)
-        if queue is None:
-            queue = self.queues[batch.broker_id] = BrokerQueue(batch.broker_id)
-            self._on_new_queue(batch.broker_id)
+        queue = self._queue(batch.broker_id)
         queue.ready.append(batch)
         queue.wakeup.set()
+
+    def _queue(self, broker_id: int) -> BrokerQueue:
+        """The broker's queue; a new one (and so a sender) for a broker seen first."""
+        queue = self.queues.get(broker_id)
+        if queue is None:
+            queue = self.queues[broker_id] = BrokerQueue(broker_id)
+            self._on_new_queue(broker_id)
+        return queue
 
     # -- sealing ---------------------------------------------------------------------
 

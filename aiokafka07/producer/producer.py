@@ -390,20 +390,24 @@ class Producer:
         pinned = None if partition is None else check_partition(partition)
         return data, pinned
 
+    def _route(
+        self, topic: str, key: Any, pinned: tuple[int, int] | None, *, sticky: bool
+    ) -> tuple[tuple[int, int], Route | None]:
+        """(target, how to route it again on a retry) for a message or a batch. Without a
+        key or partition: the topic's sticky target when ``sticky``, else a random one."""
+        if pinned is not None:
+            return pinned, (None, pinned)
+        routing_key = self._router.key(key)
+        if routing_key is not None:
+            return self._router.by_key(topic, routing_key), (routing_key, None)
+        target = self._accumulator.sticky_target(topic) if sticky else None
+        return target or self._router.random_target(topic), None
+
     def _add(
         self, topic: str, data: bytes, key: Any, pinned: tuple[int, int] | None, *, raw: bool
     ) -> tuple[asyncio.Future[ProduceResult], Batch]:
         """Route and queue a validated message (space was checked)."""
-        route: Route | None
-        if pinned is not None:
-            target, route = pinned, (None, pinned)
-        else:
-            routing_key = self._router.key(key)
-            if routing_key is None:
-                route = None
-                target = self._accumulator.sticky_target(topic) or self._router.random_target(topic)
-            else:
-                target, route = self._router.by_key(topic, routing_key), (routing_key, None)
+        target, route = self._route(topic, key, pinned, sticky=True)
         return self._accumulator.add(topic, target, data, route, raw=raw)
 
     async def _accept(
@@ -568,15 +572,7 @@ class Producer:
         if self._accumulator.full():
             await self._accumulator.wait_for_space()
             self._check_running()
-        route: Route | None = None
-        if pinned is not None:
-            target, route = pinned, (None, pinned)
-        else:
-            routing_key = self._router.key(key)
-            if routing_key is None:
-                target = self._router.random_target(topic)
-            else:
-                target, route = self._router.by_key(topic, routing_key), (routing_key, None)
+        target, route = self._route(topic, key, pinned, sticky=False)
         assert self._loop is not None
         future: asyncio.Future[ProduceResult] = self._loop.create_future()
         whole = Batch(topic, target[0], target[1])
