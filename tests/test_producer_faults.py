@@ -224,3 +224,70 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+async def test_an_unexpected_error_while_sending_fails_the_batch_with_its_cause(
+    kafka_cluster: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the sending path (injected: the encoder raises once) fails the batch it
+    concerns with that error, logged once with its traceback; the producer goes on."""
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        producer = Producer(brokers=cluster.broker_list, linger_ms=0)
+        await producer.start()
+        encoder = producer._sender.encoder
+        real = encoder.encode
+        calls = 0
+
+        def buggy(batch: Any) -> list[bytes]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("encoder bug")
+            return real(batch)
+
+        monkeypatch.setattr(encoder, "encode", buggy)
+        first = await outcome(producer.send_and_wait("t", b"first"))
+        assert isinstance(first, RuntimeError)
+        second = await outcome(producer.send_and_wait("t", b"second"))
+        assert isinstance(second, ProduceResult)
+        failed = await closed_in_time(producer, timeout=2, bound=4)
+        assert isinstance(failed, ProducerClosedError)
+        assert "RuntimeError: encoder bug" in str(failed)
+        logged = [r for r in caplog.records if r.exc_info and r.exc_info[1] is first]
+        assert len(logged) == 1
+        assert producer.metrics.messages_failed == 1
+        assert all_values(await read_logs(cluster, "t")) == [b"second"]
+
+
+async def test_a_crashed_sender_fails_its_work_and_a_new_one_takes_over(
+    kafka_cluster: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sender task itself crashing (injected into its loop) is escalated: the
+    messages waiting for that broker fail with the crash's error instead of waiting
+    forever, and the next message starts a new sender."""
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        producer = Producer(brokers=cluster.broker_list, linger_ms=50)
+        await producer.start()
+        accumulator = producer._accumulator
+        real = accumulator.next_request
+        crashed = False
+
+        async def crashing(queue: Any, max_bytes: int) -> Any:
+            nonlocal crashed
+            if not crashed:
+                crashed = True
+                await asyncio.sleep(0.01)
+                raise KeyError("sender bug")
+            return await real(queue, max_bytes)
+
+        monkeypatch.setattr(accumulator, "next_request", crashing)
+        lost = [await producer.send("t", b"lost %d" % i, partition=(0, 0)) for i in range(3)]
+        for future in lost:
+            assert isinstance(await outcome(future), KeyError)
+        assert any("producer/sender-0 crashed" in r.getMessage() for r in caplog.records)
+        result = await outcome(producer.send_and_wait("t", b"after", partition=(0, 0)))
+        assert isinstance(result, ProduceResult)
+        failed = await closed_in_time(producer, timeout=2, bound=4)
+        assert isinstance(failed, ProducerClosedError)
+        assert failed.undelivered == 3
+        assert all_values(await read_logs(cluster, "t")) == [b"after"]
