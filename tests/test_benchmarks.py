@@ -61,9 +61,12 @@ def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
     for run in runs.values():
         for variant in ("floor", "send", "send_batch"):
             assert run[f"{variant}_ns_per_message"] > 0
+        assert run["encode_ns_per_message"] > 0
         for variant in ("send", "send_batch"):
             ratio = run[f"{variant}_over_floor"]
             assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+            rest = run[f"{variant}_less_encoding_over_floor"]
+            assert rest["min"] <= rest["median"] <= rest["max"] < ratio["max"]
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
 
 
