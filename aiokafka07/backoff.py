@@ -62,13 +62,19 @@ class Backoff:
         # 2**n overflows float for huge n: the cap is reached long before.
         return min(self.cap, self.base * 2.0 ** min(failures - 1, 64))
 
-    def failed(self) -> float:
-        """Count a failure; return how long to wait before the next attempt (jittered)."""
-        self.failures += 1
-        nominal = self.delay(self.failures)
+    def jittered(self, failures: int) -> float:
+        """The delay to wait after ``failures`` consecutive failures, jittered, without
+        counting anything (for work that keeps its own count, e.g. a message's
+        attempts)."""
+        nominal = self.delay(failures)
         if not self.jitter:
             return nominal
         return nominal * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+    def failed(self) -> float:
+        """Count a failure; return how long to wait before the next attempt (jittered)."""
+        self.failures += 1
+        return self.jittered(self.failures)
 
     def succeeded(self) -> None:
         """An attempt worked: the next failure starts from ``base`` again."""

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 from aiozk.states import States
 
+from .backoff import Backoff
 from .connection import BrokerAddress
 from .errors import KafkaError, ZooKeeperError
+from .supervisor import CrashPolicy, Supervisor
 from .znodes import (
     BROKER_IDS,
     BROKER_TOPICS,
@@ -357,7 +359,10 @@ class ZooKeeperCluster(Cluster):
         self._registered: dict[str, dict[int, int]] = {}
         self._queue: asyncio.Queue[_Work] = asyncio.Queue()
         self._queued: dict[_WorkKey, _Work] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        # Owns the watch loop and the connection follower (a new one per start()).
+        self._supervisor: Supervisor | None = None
+        # Between failed re-reads of the view.
+        self._retry = Backoff(_RETRY_MIN_DELAY, _RETRY_MAX_DELAY)
         self._started = False
 
     def __repr__(self) -> str:
@@ -427,10 +432,14 @@ class ZooKeeperCluster(Cluster):
             await zk.ensure_path(BROKER_TOPICS)
             zk.add_child_watch_callback(BROKER_IDS, self._on_watch)
             zk.add_child_watch_callback(BROKER_TOPICS, self._on_watch)
-            self._tasks = [
-                asyncio.create_task(self._run(), name="cluster-watch"),
-                asyncio.create_task(self._follow_connection(), name="cluster-connection"),
-            ]
+            # Both keep the view current for as long as it is open: a crash (a bug; the
+            # loops handle ZooKeeper errors themselves) is logged and the task restarted,
+            # a bounded number of times; refresh() calls waiting on a crashed re-read fail.
+            supervisor = self._supervisor = Supervisor("cluster", log)
+            supervisor.spawn(
+                "watch", self._run, policy=CrashPolicy.RESTART, on_crash=self._fail_waiting
+            )
+            supervisor.spawn("connection", self._follow_connection, policy=CrashPolicy.RESTART)
             await self.refresh()
         except BaseException:
             await self.close()
@@ -450,10 +459,9 @@ class ZooKeeperCluster(Cluster):
         if not self._started:
             return
         self._started = False
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            await supervisor.aclose()
         for work in self._queued.values():
             for future in work.futures:
                 future.cancel()
@@ -491,10 +499,20 @@ class ZooKeeperCluster(Cluster):
         work.futures.append(future)
         return future
 
+    def _fail_waiting(self, exc: BaseException) -> None:
+        """The watch loop crashed: refresh() calls waiting for queued work fail now."""
+        error = ZooKeeperError(f"updating the cluster view failed: {exc!r}")
+        for work in self._queued.values():
+            for future in work.futures:
+                if not future.done():
+                    future.set_exception(error)
+        self._queued.clear()
+        self._queue = asyncio.Queue()
+        self._enqueue(_FULL)  # the restarted loop re-reads everything
+
     async def _run(self) -> None:
         """The background task: perform queued re-reads one at a time, retrying after
         failures (a failed read may leave a watch unarmed, so everything is re-read)."""
-        delay = _RETRY_MIN_DELAY
         while True:
             work = await self._queue.get()
             if self._queued.get(work.key) is work:
@@ -506,6 +524,7 @@ class ZooKeeperCluster(Cluster):
                     future.cancel()
                 raise
             except Exception as exc:
+                delay = self._retry.failed()
                 if isinstance(exc, ZooKeeperError):
                     error = exc
                     log.warning(
@@ -520,10 +539,9 @@ class ZooKeeperCluster(Cluster):
                     if not future.done():
                         future.set_exception(error)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_DELAY)
                 self._enqueue(_FULL if work.key == _FULL else _RESYNC)
             else:
-                delay = _RETRY_MIN_DELAY
+                self._retry.succeeded()
                 for future in work.futures:
                     if not future.done():
                         future.set_result(None)

@@ -1,17 +1,23 @@
-"""One pipelined TCP connection to one Kafka 0.7 broker.
+"""One pipelined TCP connection to one Kafka 0.7 broker: transport glue around a
+:class:`~aiokafka07.protocol.conversation.Conversation`.
 
-0.7 has no correlation ids: a broker answers a connection's requests strictly in order,
-and never answers PRODUCE / MULTIPRODUCE. So a connection keeps a FIFO of the requests
-that expect an answer, in the order they were written, and hands each response frame to
-the oldest. Rules that keep that FIFO aligned:
+The protocol rules live in the conversation, which knows nothing of sockets: FIFO pairing
+of answers (0.7 has no correlation ids), PRODUCE frames that get none, the confirm probe,
+frame splitting and the bound on each answer's size. This module adds what needs I/O:
 
 * requests queued in the same event-loop iteration go out in one socket write;
+* **write order is call order**: every request is queued synchronously when its method is
+  called, before any ``await``. :meth:`BrokerConnection.submit_produce` is the explicit
+  form, a plain function whose calls are written in the order they were made;
+* **flow control**: after queueing, a call waits (:meth:`BrokerConnection.drain`) while the
+  transport is paused or more than ``max_unsent_bytes`` are waiting for the socket, so a
+  caller that never awaits anything else still cannot grow memory without bound;
 * a request cancelled before it was written is never written; one cancelled after keeps
   its place in the FIFO and its answer is read and dropped;
-* produce frames take no place in the FIFO;
-* a timed-out request closes the connection (every later answer would queue behind the
-  lost one), failing everything outstanding with a typed error that says whether each
-  request may have reached the broker.
+* a request unanswered within ``request_timeout`` (or a socket that takes nothing for that
+  long) closes the connection, because every later answer would queue behind the lost
+  one, failing everything outstanding with a typed error that says whether each request
+  may have reached the broker.
 
 Confirm mode closes the gap of 0.7's unacknowledged produce (DESIGN.md): an OFFSETS request
 pipelined behind a produce is answered only after the broker processed the produce, and a
@@ -21,14 +27,12 @@ broker that refuses a produce closes the connection instead.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import socket
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from .errors import (
-    InvalidPartitionError,
     KafkaConnectionError,
     MessageTooLargeError,
     ProduceNotConfirmedError,
@@ -36,11 +40,9 @@ from .errors import (
     RequestTimeoutError,
 )
 from .protocol import (
-    LATEST,
     Compression,
     FetchRequest,
     FetchResponse,
-    FrameSplitter,
     MultiFetchResponse,
     decode_fetch_response,
     decode_message_set,
@@ -53,7 +55,9 @@ from .protocol import (
     encode_offsets_request,
     encode_produce_request,
 )
+from .protocol.conversation import Conversation, Exchange
 from .protocol.messages import BytesLike
+from .validation import check_int, check_number, check_optional_int
 
 __all__ = ["BrokerAddress", "BrokerConnection", "check_message_sizes"]
 
@@ -61,6 +65,8 @@ log = logging.getLogger("aiokafka07.connection")
 
 #: 0.7.2 ``max.message.size``: the largest top-level payload a broker accepts.
 MAX_MESSAGE_SIZE = 1000000
+#: Bytes a connection lets wait for the socket before its callers wait (flow control).
+DEFAULT_MAX_UNSENT_BYTES = 4 << 20
 
 
 class BrokerAddress(NamedTuple):
@@ -90,20 +96,24 @@ def check_message_sizes(message_set: BytesLike, max_message_size: int) -> None:
             )
 
 
-class _Request:
-    __slots__ = ("frame", "future")
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen (its failure is reported another way)."""
+    if not future.cancelled():
+        future.exception()
 
-    def __init__(self, frame: bytes, future: asyncio.Future[bytes] | None) -> None:
-        self.frame = frame
-        self.future = future
+
+def _not_done(future: asyncio.Future[Any]) -> bool:
+    return not future.done()
 
 
 class BrokerConnection(asyncio.Protocol):
     """A pipelined connection to one broker. Open it with :meth:`open` (or ``async with``).
 
-    ``request_timeout`` bounds the wait for each answer (0.7.2 ``socket.timeout.ms``; the
-    Java client's timeout never fires on reads, this one does). ``max_message_size`` is
-    the client-side produce check.
+    ``request_timeout`` bounds the wait for each answer, and for the socket to take data
+    (0.7.2 ``socket.timeout.ms``; the Java client's timeout never fires on reads, this one
+    does). ``max_message_size`` is the client-side produce check. ``max_unsent_bytes``
+    bounds what waits for the socket: past it, calls wait (flow control), and it is the
+    transport's high-water mark too.
     """
 
     def __init__(
@@ -115,23 +125,28 @@ class BrokerConnection(asyncio.Protocol):
         send_buffer: int | None = None,
         receive_buffer: int | None = None,
         max_message_size: int = MAX_MESSAGE_SIZE,
+        max_unsent_bytes: int = DEFAULT_MAX_UNSENT_BYTES,
     ) -> None:
         self.address = address
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
-        self.send_buffer = send_buffer
-        self.receive_buffer = receive_buffer
-        self.max_message_size = max_message_size
+        self.connect_timeout = check_number(
+            "connect_timeout", connect_timeout, minimum=0, above=True
+        )
+        self.request_timeout = check_number(
+            "request_timeout", request_timeout, minimum=0, above=True
+        )
+        self.send_buffer = check_optional_int("send_buffer", send_buffer, minimum=1)
+        self.receive_buffer = check_optional_int("receive_buffer", receive_buffer, minimum=1)
+        self.max_message_size = check_int("max_message_size", max_message_size, minimum=1)
+        self.max_unsent_bytes = check_int("max_unsent_bytes", max_unsent_bytes, minimum=1)
+        self._conversation: Conversation[asyncio.Future[Any]] = Conversation()
         self._transport: asyncio.Transport | None = None
-        self._splitter = FrameSplitter()
-        self._in_flight: collections.deque[asyncio.Future[bytes]] = collections.deque()
-        self._outbox: list[_Request] = []
         self._flush_scheduled = False
         self._paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._closed: KafkaConnectionError | None = None
         self._lost = asyncio.Event()
-        self.requests_sent = 0
+        # Futures of confirmed produces whose probe is outstanding (answers are offsets).
+        self._probes: set[asyncio.Future[Any]] = set()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -174,21 +189,34 @@ class BrokerConnection(asyncio.Protocol):
     @property
     def in_flight(self) -> int:
         """Requests written (or queued) whose answers have not arrived yet."""
-        return len(self._in_flight) + sum(1 for r in self._outbox if r.future is not None)
+        return self._conversation.outstanding
+
+    @property
+    def requests_sent(self) -> int:
+        """Frames written to the socket so far (a confirmed produce counts two)."""
+        return self._conversation.written
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes queued or in the transport's buffer, not yet taken by the kernel."""
+        transport = self._transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        return self._conversation.outbox_bytes + buffered
 
     async def close(self, timeout: float = 5.0) -> None:
         """Wait up to ``timeout`` for outstanding answers, then close; what is still
         outstanding fails with :class:`KafkaConnectionError`."""
         if self._closed is None:
             log.debug("closing the connection to %s", self.address)
-        if self._closed is None and self.in_flight:
-            pending = [f for f in self._in_flight if not f.done()]
-            pending += [r.future for r in self._outbox if r.future and not r.future.done()]
+            pending = [f for f in self._conversation.tokens() if not f.done()]
             if pending:
                 await asyncio.wait(pending, timeout=timeout)
         self._fail(KafkaConnectionError(f"connection to {self.address} closed"))
         if self._transport is not None:
-            await self._lost.wait()
+            try:
+                await asyncio.wait_for(self._lost.wait(), timeout)
+            except asyncio.TimeoutError:
+                self._transport.abort()
 
     def abort(self) -> None:
         """Drop the connection at once; everything outstanding fails."""
@@ -199,6 +227,7 @@ class BrokerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        transport.set_write_buffer_limits(high=self.max_unsent_bytes)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -209,14 +238,14 @@ class BrokerConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            frames = self._splitter.feed(data)
+            answers = self._conversation.receive_data(data)
         except ProtocolError as exc:
-            for frame in exc.decoded or ():
-                self._answer(frame)
+            for future, body in exc.decoded or ():
+                self._resolve(future, body)
             self._fail_with(exc)
             return
-        for frame in frames:
-            self._answer(frame)
+        for future, body in answers:
+            self._resolve(future, body)
 
     def eof_received(self) -> bool:
         return False  # close our side too
@@ -238,49 +267,46 @@ class BrokerConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        for waiter in self._drain_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._drain_waiters.clear()
+        self._wake_writers()
 
     # -- internals ----------------------------------------------------------------------
 
-    def _answer(self, frame: bytes) -> None:
-        if not self._in_flight:
-            self._fail_with(ProtocolError(f"{self.address} sent a response nobody asked for"))
-            return
-        future = self._in_flight.popleft()
-        if not future.done():  # else: cancelled after it was written; the answer is dropped
-            future.set_result(frame)
+    def _wake_writers(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
-    def _fail_with(self, exc: Exception) -> None:
-        """Fail everything outstanding with ``exc`` (bad bytes from the broker)."""
+    def _fail_with(self, exc: ProtocolError) -> None:
+        """Bad bytes from the broker: requests written fail with ``exc`` itself (their
+        answers are lost in garbage), then the connection closes."""
         log.warning("closing the connection to %s: %s", self.address, exc)
-        for future in self._outstanding():
-            if not future.done():
-                future.set_exception(exc)
+        written, unwritten = self._conversation.close()
+        for future in written:
+            self._reject(future, exc)
+        broker = str(self.address)
+        for future in unwritten:
+            self._reject(
+                future,
+                KafkaConnectionError(
+                    f"connection to {self.address} failed before this request was written: {exc}",
+                    broker=broker,
+                ),
+            )
         self._fail(KafkaConnectionError(f"connection to {self.address} failed: {exc}"))
-
-    def _outstanding(self) -> list[asyncio.Future[bytes]]:
-        written = list(self._in_flight)
-        queued = [r.future for r in self._outbox if r.future is not None]
-        return written + queued
 
     def _fail(self, reason: KafkaConnectionError, *, abort: bool = False) -> None:
         if self._closed is None:
             self._closed = reason
         broker = str(self.address)
-        for future in self._in_flight:
-            if not future.done():
-                future.set_exception(type(reason)(str(reason), broker=broker, maybe_delivered=True))
-        for request in self._outbox:
-            if request.future is not None and not request.future.done():
-                request.future.set_exception(
-                    KafkaConnectionError(str(reason), broker=broker, maybe_delivered=False)
-                )
-        self._in_flight.clear()
-        self._outbox.clear()
-        self.resume_writing()
+        written, unwritten = self._conversation.close()
+        for future in written:
+            self._reject(future, type(reason)(str(reason), broker=broker, maybe_delivered=True))
+        for future in unwritten:
+            self._reject(
+                future, KafkaConnectionError(str(reason), broker=broker, maybe_delivered=False)
+            )
+        self._wake_writers()
         transport = self._transport
         if transport is not None and not transport.is_closing():
             if abort:
@@ -288,49 +314,59 @@ class BrokerConnection(asyncio.Protocol):
             else:
                 transport.close()
 
+    def _closed_error(self, *, maybe_delivered: bool) -> KafkaConnectionError:
+        return KafkaConnectionError(
+            f"connection to {self.address} is closed ({self._closed})",
+            broker=str(self.address),
+            maybe_delivered=maybe_delivered,
+        )
+
     def _check_open(self) -> None:
         if self._closed is not None:
-            raise KafkaConnectionError(
-                f"connection to {self.address} is closed ({self._closed})",
-                broker=str(self.address),
-            )
+            raise self._closed_error(maybe_delivered=False)
         if self._transport is None:
             raise KafkaConnectionError(f"connection to {self.address} is not open")
 
-    def _queue(self, frame: bytes, expect_response: bool) -> asyncio.Future[bytes] | None:
-        self._check_open()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bytes] | None = loop.create_future() if expect_response else None
-        self._outbox.append(_Request(frame, future))
+    def _queued(self) -> None:
+        """Something was queued: write it at the end of this loop iteration."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            loop.call_soon(self._flush)
-        if future is not None and self.request_timeout:
-            handle = loop.call_later(self.request_timeout, self._timed_out, future)
-            future.add_done_callback(lambda _: handle.cancel())
-        return future
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _watch(self, future: asyncio.Future[Any], exchange: Exchange[Any]) -> None:
+        """Time ``future`` out after ``request_timeout``; if it is cancelled (by anyone),
+        cancel its exchange: never written if it was not yet, else its answer dropped."""
+        handle = asyncio.get_running_loop().call_later(
+            self.request_timeout, self._timed_out, future
+        )
+
+        def ended(_: asyncio.Future[Any]) -> None:
+            handle.cancel()
+            if future.cancelled():
+                self._probes.discard(future)
+                self._conversation.cancel(exchange)
+
+        future.add_done_callback(ended)
 
     def _flush(self) -> None:
         """Write every frame queued this iteration in one go, skipping cancelled requests."""
         self._flush_scheduled = False
         if self._transport is None or self._closed is not None:
             return
-        frames = []
-        for request in self._outbox:
-            if request.future is not None and request.future.done():
-                continue  # cancelled before it was written: never sent
-            frames.append(request.frame)
-            if request.future is not None:
-                self._in_flight.append(request.future)
-        self._outbox.clear()
-        if frames:
-            self.requests_sent += len(frames)
-            data = frames[0] if len(frames) == 1 else b"".join(frames)
+        out = self._conversation.data_to_send(_not_done)
+        if out.frames:
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s: wrote %d requests, %d bytes", self.address, len(frames), len(data))
-            self._transport.write(data)
+                log.debug(
+                    "%s: wrote %d requests, %d bytes", self.address, len(out.frames), out.size
+                )
+            self._transport.writelines(out.frames)
+        for future in out.written:
+            if not future.done():
+                future.set_result(None)
+        if self._drain_waiters and not self._paused:
+            self._wake_writers()
 
-    def _timed_out(self, future: asyncio.Future[bytes]) -> None:
+    def _timed_out(self, future: asyncio.Future[Any]) -> None:
         if future.done():
             return
         reason = RequestTimeoutError(
@@ -338,37 +374,150 @@ class BrokerConnection(asyncio.Protocol):
             broker=str(self.address),
             maybe_delivered=True,
         )
-        future.set_exception(reason)
+        self._reject(future, reason)
         log.warning("closing the connection to %s: %s", self.address, reason)
         self._fail(reason, abort=True)
 
-    async def _drain(self) -> None:
-        if self._paused and self._closed is None:
-            waiter = asyncio.get_running_loop().create_future()
+    def _must_wait(self) -> bool:
+        return self._closed is None and (
+            self._paused or self._conversation.outbox_bytes > self.max_unsent_bytes
+        )
+
+    async def _writable(self) -> None:
+        """Wait while the transport is paused or more than ``max_unsent_bytes`` wait for
+        the socket. A socket that takes nothing for ``request_timeout`` closes the
+        connection, and this raises :class:`RequestTimeoutError`. Returns at once when
+        the connection is closed."""
+        if not self._must_wait():
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout
+        while self._must_wait():
+            waiter: asyncio.Future[None] = loop.create_future()
             self._drain_waiters.append(waiter)
-            await waiter
+            try:
+                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            except asyncio.TimeoutError:
+                if self._must_wait():
+                    reason = RequestTimeoutError(
+                        f"{self.address} took no data for {self.request_timeout} s",
+                        broker=str(self.address),
+                        maybe_delivered=True,
+                    )
+                    log.warning("closing the connection to %s: %s", self.address, reason)
+                    self._fail(reason, abort=True)
+                    raise reason from None
+
+    async def drain(self) -> None:
+        """Flow control: wait while the transport is paused or more than
+        ``max_unsent_bytes`` wait for the socket. Raises :class:`RequestTimeoutError` if
+        the socket takes nothing for ``request_timeout`` (the connection is then closed),
+        :class:`KafkaConnectionError` if the connection is closed."""
+        await self._writable()
+        if self._closed is not None:
+            raise self._closed_error(maybe_delivered=True)
 
     # -- requests -----------------------------------------------------------------------
 
     async def request(self, frame: bytes) -> bytes:
-        """Send a framed request and return its response frame body (after the size)."""
-        future = self._queue(frame, True)
-        assert future is not None
+        """Send a framed request and return its response frame body (after the size).
+
+        The answer may be at most as large as the request allows (see
+        :func:`~aiokafka07.protocol.conversation.answer_limit`); a larger one is a
+        :class:`~aiokafka07.errors.MalformedFrameError` and closes the connection.
+        """
+        self._check_open()
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._watch(future, self._conversation.send_request(frame, future))
+        self._queued()
         try:
-            await self._drain()
+            await self._writable()
             return await future
         except asyncio.CancelledError:
-            future.cancel()  # unsent: never written; sent: its answer will be dropped
+            future.cancel()  # unsent: never written; sent: its answer is dropped
             raise
 
     async def send(self, frame: bytes) -> None:
         """Send a framed request that gets no answer (PRODUCE, MULTIPRODUCE).
 
-        Returns once the frame is queued for the socket, respecting flow control; that
-        does not mean the broker has it (see confirm mode).
+        Returns once the frame is queued for the socket, after flow control; that does
+        not mean the broker has it (see confirm mode). Other request types raise
+        :class:`~aiokafka07.errors.MalformedFrameError`: their answers would be taken for
+        someone else's.
         """
-        self._queue(frame, False)
-        await self._drain()
+        await self._unconfirmed(self.submit_produce(frame, confirm=False))
+
+    async def _unconfirmed(self, future: asyncio.Future[int | None]) -> None:
+        """Flow control for a produce nobody confirms; its failure, if known, is raised."""
+        future.add_done_callback(_retrieve)  # the caller does not wait for the write
+        await self._writable()
+        if future.done() and not future.cancelled() and future.exception() is not None:
+            raise future.exception()  # type: ignore[misc]
+        if self._closed is not None:
+            raise self._closed_error(maybe_delivered=True)
+
+    def submit_produce(self, frame: bytes, *, confirm: bool) -> asyncio.Future[int | None]:
+        """Queue a PRODUCE / MULTIPRODUCE frame now; return its outcome as a future.
+
+        The ordering guarantee a producer builds on: frames are written in the order of
+        the ``submit_produce`` calls (and of every other request call), since this queues
+        synchronously. The caller applies flow control with :meth:`drain` afterwards.
+
+        With ``confirm`` the future gets the partition's latest offset once the broker
+        processed the produce (an OFFSETS probe pipelined behind it), or
+        :class:`ProduceNotConfirmedError` / :class:`RequestTimeoutError` (may have been
+        delivered) or :class:`KafkaConnectionError` with ``maybe_delivered`` False (never
+        written). Without, it gets None once the frame is written to the socket.
+        Cancelling the future before the frame is written drops the probe, not the frame.
+        """
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[int | None] = loop.create_future()
+        if not confirm:
+            self._conversation.send_produce(frame, result)
+            self._queued()
+            return result
+        probe = self._conversation.send_produce(frame, result, confirm=True)
+        assert probe is not None
+        self._probes.add(result)
+        self._queued()
+        self._watch(result, probe)
+        return result
+
+    def _resolve(self, future: asyncio.Future[Any], body: bytes) -> None:
+        """An answer arrived for ``future`` (a confirm probe's is decoded here)."""
+        if future.done():
+            return  # cancelled after it was written: the answer is dropped
+        if future not in self._probes:
+            future.set_result(body)
+            return
+        try:
+            offsets = decode_offsets_response(body).offsets
+        except ProtocolError as exc:
+            self._reject(future, exc)  # a well-framed but undecodable answer
+        else:
+            self._probes.discard(future)
+            future.set_result(offsets[0] if offsets else 0)
+
+    def _reject(self, future: asyncio.Future[Any], exc: Exception) -> None:
+        """Fail ``future``; for a confirm probe, the failure says what it means for the
+        produce (a timeout, or never written, stays as it is)."""
+        if future.done():
+            return
+        if future in self._probes:
+            self._probes.discard(future)
+            if not isinstance(exc, RequestTimeoutError) and (
+                not isinstance(exc, KafkaConnectionError) or exc.maybe_delivered
+            ):
+                error = ProduceNotConfirmedError(
+                    f"{self.address} did not confirm the produce: it refused it (invalid "
+                    f"topic or partition, corrupt data), failed or broke the protocol ({exc})",
+                    broker=str(self.address),
+                    maybe_delivered=True,
+                )
+                error.__cause__ = exc
+                exc = error
+        future.set_exception(exc)
 
     async def fetch(self, topic: str, partition: int, offset: int, max_size: int) -> FetchResponse:
         """FETCH: raw message-set bytes (check ``error_code``; decode with ``.decode``)."""
@@ -401,7 +550,8 @@ class BrokerConnection(asyncio.Protocol):
 
         With ``confirm`` it returns the broker's latest offset of the partition once the
         broker processed the produce, or raises :class:`ProduceNotConfirmedError` if the
-        connection closed first (the broker refused it, or went away).
+        connection closed first (the broker refused it, or went away). Without, it
+        returns once the frame is queued (after flow control).
         """
         message_set = encode_message_set(payloads, compression=compression)
         return await self.produce_message_set(topic, partition, message_set, confirm=confirm)
@@ -412,7 +562,7 @@ class BrokerConnection(asyncio.Protocol):
         """PRODUCE an already encoded message set (e.g. wrappers kept by a mirror)."""
         check_message_sizes(message_set, self.max_message_size)
         frame = encode_produce_request(topic, partition, message_set)
-        return await self._produce(frame, [(topic, partition)], confirm)
+        return await self._produce(frame, confirm)
 
     async def multiproduce(
         self,
@@ -438,6 +588,8 @@ class BrokerConnection(asyncio.Protocol):
         """MULTIPRODUCE already encoded (topic, partition, message set) entries (a single
         entry goes as a plain PRODUCE). ``check_sizes=False`` skips the max.message.size
         check for callers that checked every message already."""
+        if confirm and not entries:
+            raise ValueError("nothing to confirm: no produce entries")
         if check_sizes:
             for _, _, message_set in entries:
                 check_message_sizes(message_set, self.max_message_size)
@@ -445,39 +597,16 @@ class BrokerConnection(asyncio.Protocol):
             frame = encode_produce_request(*entries[0])
         else:
             frame = encode_multiproduce_request(entries)
-        return await self._produce(frame, [(t, p) for t, p, _ in entries], confirm)
+        return await self._produce(frame, confirm)
 
-    async def _produce(
-        self, frame: bytes, targets: list[tuple[str, int]], confirm: bool
-    ) -> int | None:
+    async def _produce(self, frame: bytes, confirm: bool) -> int | None:
+        future = self.submit_produce(frame, confirm=confirm)
         if not confirm:
-            await self.send(frame)
+            await self._unconfirmed(future)
             return None
-        if not targets:
-            raise ValueError("nothing to confirm: no produce entries")
-        # OFFSETS refuses partition -1 by closing; partition 0 exists for every topic.
-        topic, partition = targets[-1]
-        if partition < -1:
-            raise InvalidPartitionError(f"partition {partition} is not valid for a produce")
-        probe = encode_offsets_request(topic, max(partition, 0), LATEST, 1)
-        self._check_open()
-        self._queue(frame, False)
-        future = self._queue(probe, True)
-        assert future is not None
         try:
-            await self._drain()
-            answer = await future
+            await self._writable()
+            return await future
         except asyncio.CancelledError:
             future.cancel()
             raise
-        except RequestTimeoutError:
-            raise
-        except KafkaConnectionError as exc:
-            raise ProduceNotConfirmedError(
-                f"{self.address} closed the connection before confirming the produce to "
-                f"{topic}: it refused it (invalid topic or partition, corrupt data) or failed",
-                broker=str(self.address),
-                maybe_delivered=True,
-            ) from exc
-        offsets = decode_offsets_response(answer).offsets
-        return offsets[0] if offsets else 0

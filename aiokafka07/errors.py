@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 __all__ = [
     "BrokerError",
     "CompressionError",
+    "InvalidConfigError",
     "InvalidMessageError",
     "InvalidMessageSizeError",
     "InvalidPartitionError",
@@ -146,6 +147,14 @@ class MessageTooLargeError(KafkaError, ValueError):
     """A message larger than the configured ``max.message.size``.
 
     A 0.7 broker drops such a produce silently, so the client refuses it up front.
+    """
+
+
+class InvalidConfigError(KafkaError, ValueError, TypeError):
+    """A client parameter with an unusable value or type, refused at construction.
+
+    The message names the parameter. Also a :class:`ValueError` and a :class:`TypeError`,
+    so code written against either keeps working.
     """
 
 

@@ -12,39 +12,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import random
 import time
 from typing import Any
 
+from .backoff import Backoff
 from .connection import BrokerAddress, BrokerConnection
-from .errors import KafkaConnectionError
+from .errors import InvalidConfigError, KafkaConnectionError
+from .validation import check_int
 
 __all__ = ["ConnectionPool"]
 
 log = logging.getLogger("aiokafka07.pool")
 
 
-class _Backoff:
-    """Exponential backoff with jitter between failed connection attempts."""
-
-    __slots__ = ("delay", "failures", "not_before")
-
-    def __init__(self) -> None:
-        self.failures = 0
-        self.delay = 0.0
-        self.not_before = 0.0
-
-    def failed(self, base: float, cap: float) -> None:
-        self.failures += 1
-        self.delay = min(cap, base * 2 ** (self.failures - 1))
-        self.not_before = time.monotonic() + self.delay * random.uniform(0.8, 1.2)
-
-
 class ConnectionPool:
     """Connections keyed by broker (id, host, port); an async context manager.
 
-    ``reconnect_backoff`` is (first delay, cap) in seconds. Other keyword arguments go to
-    every :class:`BrokerConnection` (timeouts, socket buffers, ``max_message_size``).
+    ``reconnect_backoff`` is (first delay, cap) in seconds, for a
+    :class:`~aiokafka07.backoff.Backoff` per broker (doubling, +-20 % jitter). Other keyword
+    arguments go to every :class:`BrokerConnection` (timeouts, socket buffers,
+    ``max_message_size``, ``max_unsent_bytes``) and are checked here, at construction.
     """
 
     def __init__(
@@ -54,14 +41,26 @@ class ConnectionPool:
         reconnect_backoff: tuple[float, float] = (0.05, 5.0),
         **connection_options: Any,
     ) -> None:
-        if connections_per_broker < 1:
-            raise ValueError("connections_per_broker must be at least 1")
-        self.connections_per_broker = connections_per_broker
-        self.reconnect_backoff = reconnect_backoff
+        self.connections_per_broker = check_int(
+            "connections_per_broker", connections_per_broker, minimum=1
+        )
+        try:
+            base, cap = reconnect_backoff
+            Backoff(base, cap)
+        except (TypeError, ValueError) as exc:
+            raise InvalidConfigError(
+                f"reconnect_backoff must be (first delay, cap) in seconds, 0 < first <= cap, "
+                f"not {reconnect_backoff!r}"
+            ) from exc
+        self.reconnect_backoff = (base, cap)
+        # Every connection gets these: check them now, not at the first connect.
+        BrokerConnection(BrokerAddress(None, "127.0.0.1", 1), **connection_options)
         self.connection_options = connection_options
         self._connections: dict[Any, list[BrokerConnection]] = {}
         self._addresses: dict[Any, BrokerAddress] = {}
-        self._backoff: dict[Any, _Backoff] = {}
+        # Per broker: consecutive connect failures, and no new attempt before a time.
+        self._backoff: dict[Any, Backoff] = {}
+        self._not_before: dict[Any, float] = {}
         self._locks: dict[Any, asyncio.Lock] = {}
         self._turn = itertools.count()
         self._closed = False
@@ -100,7 +99,7 @@ class ConnectionPool:
             log.info("%s moved from %s:%d", address, previous.host, previous.port)
             conns = self._connections.get(key, [])
             self._connections[key] = [c for c in conns if c.address == address]
-            self._backoff.pop(key, None)
+            self._forget_failures(key)
             stale = [c for c in conns if c.address != address]
             await asyncio.gather(*(c.close() for c in stale), return_exceptions=True)
         conn = self._pick(key, address)
@@ -130,25 +129,33 @@ class ConnectionPool:
         return matching[next(self._turn) % len(matching)]
 
     async def _open(self, key: Any, address: BrokerAddress) -> BrokerConnection:
-        backoff = self._backoff.setdefault(key, _Backoff())
-        wait = backoff.not_before - time.monotonic()
+        wait = self._not_before.get(key, 0.0) - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
         try:
             conn = await BrokerConnection.open(address, **self.connection_options)
         except KafkaConnectionError:
-            backoff.failed(*self.reconnect_backoff)
+            backoff = self._backoff.get(key)
+            if backoff is None:
+                backoff = self._backoff[key] = Backoff(*self.reconnect_backoff)
+            delay = backoff.failed()
+            self._not_before[key] = time.monotonic() + delay
             log.warning(
                 "cannot connect to %s (%d failures; next try in %.2f s)",
                 address,
                 backoff.failures,
-                backoff.delay,
+                delay,
             )
             raise
-        if backoff.failures:
+        backoff = self._backoff.get(key)
+        if backoff is not None:
             log.info("reconnected to %s after %d failures", address, backoff.failures)
-        self._backoff.pop(key, None)
+        self._forget_failures(key)
         return conn
+
+    def _forget_failures(self, key: Any) -> None:
+        self._backoff.pop(key, None)
+        self._not_before.pop(key, None)
 
     def connections(self, address: BrokerAddress) -> list[BrokerConnection]:
         """The live connections to ``address`` (for inspection)."""
@@ -162,7 +169,7 @@ class ConnectionPool:
 
     async def _drop(self, key: Any) -> None:
         conns = self._connections.pop(key, [])
-        self._backoff.pop(key, None)
+        self._forget_failures(key)
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
     async def close(self, timeout: float = 5.0) -> None:

@@ -19,6 +19,7 @@ from typing import NamedTuple, TypeVar
 from .connection import BrokerAddress, BrokerConnection
 from .errors import (
     BrokerError,
+    InvalidConfigError,
     InvalidMessageSizeError,
     KafkaConnectionError,
     ProtocolError,
@@ -28,6 +29,7 @@ from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
 from .protocol.requests import validate_topic
 from .records import ConsumerRecord
+from .validation import check_int, check_optional_int
 
 __all__ = ["EARLIEST", "LATEST", "FetchResult", "SimpleConsumer"]
 
@@ -37,6 +39,7 @@ T = TypeVar("T")
 
 #: 0.7.2 consumer ``fetch.size``.
 FETCH_SIZE = 1048576
+_INT32_MAX = (1 << 31) - 1
 
 
 class FetchResult(NamedTuple):
@@ -80,8 +83,16 @@ class SimpleConsumer:
         receive_buffer: int | None = None,
         pool: ConnectionPool | None = None,
     ) -> None:
-        if fetch_size <= 0 or max_fetch_size < fetch_size:
-            raise ValueError("need 0 < fetch_size <= max_fetch_size")
+        if not isinstance(host, str) or not host:
+            raise InvalidConfigError(f"host must be a non-empty str, not {host!r}")
+        port = check_int("port", port, minimum=1, maximum=65535)
+        broker_id = check_optional_int("broker_id", broker_id, minimum=0)
+        fetch_size = check_int("fetch_size", fetch_size, minimum=1, maximum=_INT32_MAX)
+        max_fetch_size = check_int(
+            "max_fetch_size", max_fetch_size, minimum=fetch_size, maximum=_INT32_MAX
+        )
+        if pool is not None and not isinstance(pool, ConnectionPool):
+            raise InvalidConfigError(f"pool must be a ConnectionPool, not {pool!r}")
         self.address = BrokerAddress(broker_id, host, port)
         self.fetch_size = fetch_size
         self.max_fetch_size = max_fetch_size

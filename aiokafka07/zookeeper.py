@@ -23,6 +23,7 @@ from aiozk import exc as zk_exc
 from aiozk.states import States
 
 from .errors import ZNodeConflictError, ZooKeeperError
+from .supervisor import CrashPolicy, Supervisor
 
 __all__ = ["ZooKeeper", "parse_connect_string"]
 
@@ -84,7 +85,8 @@ class ZooKeeper:
         self.connection_timeout_ms = connection_timeout_ms
         self._client: Any = None
         self._listeners: list[SessionListener] = []
-        self._monitor: asyncio.Task[None] | None = None
+        # Owns the session monitor (a new one per session opened).
+        self._supervisor: Supervisor | None = None
         self._watch_wrappers: dict[tuple[str, WatchCallback], _WatchWrapper] = {}
 
     async def __aenter__(self) -> ZooKeeper:
@@ -137,18 +139,19 @@ class ZooKeeper:
                 f"within {self.connection_timeout_ms} ms: {reason}"
             ) from exc
         self._client = client
-        self._monitor = asyncio.create_task(self._watch_sessions(), name="zookeeper-sessions")
+        # The monitor re-registers listeners after expiry for as long as the session is
+        # open: a crash (a bug; listener errors are handled) is logged and it restarts.
+        self._supervisor = Supervisor("zookeeper", log)
+        self._supervisor.spawn("sessions", self._watch_sessions, policy=CrashPolicy.RESTART)
         log.info("ZooKeeper session %#x open at %s", client.session.session_id, self.connect)
 
     async def close(self) -> None:
         """Close the session (ZooKeeper then deletes its ephemeral nodes)."""
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            await supervisor.aclose()  # before the client goes: the monitor reads it
         client, self._client = self._client, None
-        monitor, self._monitor = self._monitor, None
         self._watch_wrappers.clear()  # registered with this client only
-        if monitor is not None:
-            monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await monitor
         if client is not None:
             session_id = client.session.session_id or 0
             try:

@@ -54,11 +54,20 @@ def test_consumer_benchmark_reports_iteration_and_request_rates() -> None:
     assert figures["requests"]["serial_per_s"] > 0
 
 
-def test_producer_benchmark_reports_every_codec() -> None:
-    figures = run_json("bench_producer.py", "--messages", "20000")
+def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
+    figures = run_json("bench_producer.py", "--messages", "5000", "--rounds", "2")
     runs = {(r["codec"], r["confirm"]): r for r in figures["runs"]}
-    assert set(runs) == {("none", True), ("gzip", True), ("snappy", True), ("none", False)}
-    assert all(r["messages_per_s"] > 0 for r in runs.values())
+    assert set(runs) == {(c, k) for c in ("none", "gzip", "snappy") for k in (True, False)}
+    for run in runs.values():
+        for variant in ("floor", "send", "send_batch"):
+            assert run[f"{variant}_ns_per_message"] > 0
+        assert run["encode_ns_per_message"] > 0
+        for variant in ("send", "send_batch"):
+            ratio = run[f"{variant}_over_floor"]
+            assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+            rest = run[f"{variant}_less_encoding_over_floor"]
+            assert rest["min"] <= rest["median"] <= rest["max"] < ratio["max"]
+    assert len(figures["load_before"]) == len(figures["load_after"]) == 3
 
 
 def test_group_benchmark_reports_throughput_memory_and_convergence() -> None:

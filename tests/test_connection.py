@@ -41,6 +41,7 @@ from aiokafka07.protocol import (
     encode_fetch_response,
     encode_message_set,
     encode_multifetch_response,
+    encode_offsets_request,
     encode_offsets_response,
     encode_produce_request,
     encode_wrapper,
@@ -350,6 +351,115 @@ async def test_unopened_connection_refuses_requests() -> None:
     with pytest.raises(KafkaConnectionError):
         await conn.offsets("t", 0, LATEST)
     assert conn.requests_sent == 0
+
+
+# -- flow control and write order --------------------------------------------------------
+
+
+class Sink:
+    """A loopback peer that reads and counts bytes, or (``reading=False``) reads nothing."""
+
+    def __init__(self, *, reading: bool = True) -> None:
+        self.reading = reading
+        self.received = 0
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> BrokerAddress:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return BrokerAddress(None, "127.0.0.1", self._server.sockets[0].getsockname()[1])
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        if not self.reading:
+            writer.transport.pause_reading()
+            return
+        while data := await reader.read(1 << 16):
+            self.received += len(data)
+
+
+async def test_a_caller_that_never_waits_still_cannot_grow_memory() -> None:
+    """300 produce() calls of 1000 x 100 B without confirm: each waits while more than
+    max_unsent_bytes wait for the socket, so data flows during the loop and what waits
+    stays bounded (before, nothing reached the socket until the loop ended)."""
+    limit = 1 << 20
+    payloads = [b"p" * 100] * 1000
+    frame_size = len(encode_produce_request("t", 0, encode_message_set(payloads)))
+    server = Sink()
+    async with server as address:
+        conn = await BrokerConnection.open(address, max_unsent_bytes=limit)
+        peak = 0
+        received_midway = 0
+        for i in range(300):
+            await conn.produce("t", 0, payloads)
+            peak = max(peak, conn.unsent_bytes)
+            if i == 150:
+                received_midway = server.received
+        assert peak <= 2 * limit + frame_size
+        assert received_midway > 0  # written while the caller went on
+        await eventually(lambda: server.received == 300 * frame_size, 10)
+        await conn.close()
+
+
+async def test_a_peer_that_reads_nothing_times_the_writer_out() -> None:
+    limit = 1 << 20
+    payloads = [b"p" * 100] * 1000
+    frame_size = len(encode_produce_request("t", 0, encode_message_set(payloads)))
+    async with Sink(reading=False) as address:
+        conn = await BrokerConnection.open(address, max_unsent_bytes=limit, request_timeout=0.5)
+        started = time.monotonic()
+        peak = calls = 0
+
+        async def fill() -> None:
+            nonlocal peak, calls
+            while calls < 10_000:
+                await conn.produce("t", 0, payloads)
+                calls += 1
+                peak = max(peak, conn.unsent_bytes)
+
+        with pytest.raises(RequestTimeoutError, match="took no data"):
+            await fill()
+        assert time.monotonic() - started < 5
+        assert peak <= 2 * limit + frame_size
+        assert calls < 10_000
+        assert conn.closed
+        await bounded(conn.close(), 2)
+
+
+async def test_submitted_produces_are_written_in_call_order(cluster: KafkaCluster) -> None:
+    """submit_produce() queues at once: whatever each caller awaits afterwards, the broker
+    sees the frames in the order of the calls (the producer's ordering guarantee)."""
+    conn = await connect(cluster)
+    futures = []
+    for i in range(200):
+        frame = encode_produce_request("order", 0, encode_message_set([b"%03d" % i]))
+        futures.append(conn.submit_produce(frame, confirm=i % 7 == 0))
+        if i % 3 == 0:
+            await asyncio.sleep(0)  # some in one write, some in the next
+    await bounded(asyncio.gather(*futures))
+    response = await conn.fetch("order", 0, 0, 1 << 20)
+    assert values(response, 0) == [b"%03d" % i for i in range(200)]
+    await conn.close()
+
+
+async def test_raw_frames_are_checked_before_anything_is_written(cluster: KafkaCluster) -> None:
+    conn = await connect(cluster)
+    with pytest.raises(MalformedFrameError, match="PRODUCE"):
+        await conn.send(encode_offsets_request("t", 0, LATEST, 1))  # its answer has no owner
+    with pytest.raises(MalformedFrameError, match="send_produce"):
+        await conn.request(encode_produce_request("t", 0, b""))  # would wait forever
+    with pytest.raises(MalformedFrameError):
+        await conn.request(b"\0\0\0\x02\0\x01")  # a frame too short for a fetch
+    assert conn.requests_sent == 0
+    assert await conn.offsets("t", 0, LATEST) == (0,)  # still aligned
+    await conn.close()
 
 
 # -- produce -----------------------------------------------------------------------------
@@ -684,23 +794,26 @@ async def outcome(awaitable: Awaitable[Any], timeout: float = 5.0) -> Any:
 
 GARBAGE_CASES: dict[str, tuple[list[Reply], type[KafkaError]]] = {
     "truncated frame, then close": (
-        [Reply(offsets_frame(1, 2)[:-3], close=True)],
+        [Reply(offsets_frame(1)[:-3], close=True)],
         KafkaConnectionError,
     ),
     "size 0": ([Reply(struct.pack(">i", 0))], MalformedFrameError),
     "size 1 (no room for an error code)": ([Reply(frame(b"\0"))], MalformedFrameError),
     "negative size": ([Reply(struct.pack(">i", -5) + b"\0" * 8)], MalformedFrameError),
+    # The answer to OFFSETS(max 1) has at most 14 bytes: a larger size is refused as soon
+    # as its prefix arrives, without waiting for (or buffering) the body.
     "huge size, then close": (
         [Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 100, close=True)],
-        KafkaConnectionError,
+        MalformedFrameError,
     ),
     "huge size, then silence": (
         [Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 100)],
-        RequestTimeoutError,
+        MalformedFrameError,
     ),
+    "more offsets than asked for": ([Reply(offsets_frame(1, 2))], MalformedFrameError),
     "close without a byte": ([Reply(close=True)], KafkaConnectionError),
     "offsets body shorter than its count": (
-        [Reply(frame(b"\0\0\0\0\0\x05" + b"\0" * 8))],
+        [Reply(frame(b"\0\0\0\0\0\x01"))],
         MalformedFrameError,
     ),
     "negative offsets count": ([Reply(frame(b"\0\0\xff\xff\xff\xff"))], MalformedFrameError),
@@ -716,7 +829,8 @@ async def test_garbage_ends_in_a_typed_error(case: str) -> None:
         started = time.monotonic()
         result = await outcome(conn.offsets("t", 0, LATEST))
         assert isinstance(result, expected), repr(result)
-        assert time.monotonic() - started < 3
+        # Nothing waits for the request timeout (0.5 s) but silence and a truncated frame.
+        assert time.monotonic() - started < (3 if "close" in case else 0.4)
         if isinstance(result, KafkaConnectionError):
             assert result.maybe_delivered
         if not conn.closed:  # a well-framed but undecodable answer keeps the framing intact

@@ -184,21 +184,38 @@ async def test_new_broker_receives_and_stopped_broker_stops(
 
 
 async def test_broker_killed_during_load_loses_nothing(kafka_cluster: Any, zookeeper: str) -> None:
+    """A broker killed mid-send and restarted mid-send: every message ends, every one is
+    confirmed (retried elsewhere), none is missing from the logs, and the restarted
+    broker takes messages again."""
     async with kafka_cluster(3, num_partitions=2) as cluster:
         async with Producer(zookeeper=zookeeper, linger_ms=1, retry_backoff_ms=50, retries=10) as p:
             await asyncio.gather(*[await p.send("load", b"warm") for _ in range(30)])
             futures = []
-            for i in range(6000):
+            for i in range(9000):
                 futures.append(await p.send("load", b"v%05d" % i))
                 if i == 2000:
                     await cluster.crash_broker(1)
+                if i == 5000:
+                    await cluster.start_broker(1)
+                    await p.cluster.wait_for(lambda c: 1 in c.brokers, 15)
                 if i % 500 == 0:
                     await asyncio.sleep(0.01)
-            results = await asyncio.gather(*futures)
+            _, pending = await asyncio.wait(futures, timeout=60)
+            assert not pending  # every message ended
+            results = [f.result() for f in futures]  # and none failed
+
+            # The restarted broker takes messages again; keyless ones too, once it has
+            # registered the topic (0.7.2: on its first write of it, ZOOKEEPER §6.2).
+            assert (await p.send_and_wait("load", b"pinned", partition=(1, 0))).confirmed
+
+            async def reaches_restarted_broker() -> bool:
+                later = await asyncio.gather(*[await p.send("load", b"later") for _ in range(30)])
+                return any(r.broker_id == 1 for r in later)
+
+            await eventually(reaches_restarted_broker, timeout=20)
         assert all(r.confirmed for r in results)
-        await cluster.start_broker(1)
         values = collections.Counter(all_values(await read_logs(cluster, "load")))
-        missing = [i for i in range(6000) if values[b"v%05d" % i] == 0]
+        missing = [i for i in range(9000) if values[b"v%05d" % i] == 0]
         assert missing == []  # at least once: duplicates allowed, losses not
 
 
@@ -397,3 +414,95 @@ async def test_invalid_numbers_are_named() -> None:
         Producer(brokers="0:127.0.0.1:1", retries=-1)
     with pytest.raises(ValueError, match="batch_size"):
         Producer(brokers="0:127.0.0.1:1", batch_size=0)
+
+
+async def test_send_and_wait_hurries_only_its_own_batch(kafka_cluster: Any) -> None:
+    """With a long linger and another task producing, send_and_wait() still returns at
+    once: it seals the batch its message is in, not the shared last one."""
+    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as cluster:
+        async with Producer(brokers=cluster.broker_list, linger_ms=1000) as p:
+            others: list[asyncio.Future[Any]] = []
+            stop = asyncio.Event()
+
+            async def other_task() -> None:
+                while not stop.is_set():
+                    others.append(await p.send("busy", b"background", partition=(0, 1)))
+                    await asyncio.sleep(0.001)
+
+            task = asyncio.create_task(other_task())
+            loop = asyncio.get_running_loop()
+            for i in range(5):
+                started = loop.time()
+                result = await asyncio.wait_for(p.send_and_wait("now", b"%d" % i), 5)
+                assert result.confirmed
+                assert loop.time() - started < 0.5
+            assert others
+            assert not any(f.done() for f in others)  # still lingering
+            stop.set()
+            await task
+        assert all(f.done() and not f.exception() for f in others)
+
+
+async def test_create_batch_and_send_batch(kafka_cluster: Any, zookeeper: str) -> None:
+    async with kafka_cluster(1, num_partitions=2) as cluster:
+        async with Producer(
+            zookeeper=zookeeper, compression="gzip", batch_size=50, value_serializer=str.encode
+        ) as p:
+            await p.send_and_wait("batched", "seed", partition=(0, 1))
+            await p.cluster.wait_for(lambda c: len(c.partitions("batched")) == 2, 10)
+            assert await p.partitions_for("batched") == [(0, 0), (0, 1)]
+            batch = p.create_batch()
+            positions = [batch.append(f"v{i}") for i in range(60)]
+            assert positions[:50] == list(range(50))
+            assert positions[50:] == [None] * 10  # full at batch_size
+            assert batch.record_count() == 50
+            assert batch.size() == sum(len(f"v{i}") for i in range(50))
+            with pytest.raises(ValueError, match="no key or timestamp"):
+                batch.append("x", key="k")
+            future = await p.send_batch(batch, "batched", partition=(0, 0))
+            assert batch.append("late") is None  # sent: closed
+            result = await asyncio.wait_for(future, 5)
+            assert (result.broker_id, result.partition, result.confirmed) == (0, 0, True)
+            keyed = p.create_batch()
+            keyed.append("k1")
+            keyed_result = await (await p.send_batch(keyed, "batched", key="user-1"))
+            candidates = await p.partitions_for("batched")
+            index = java_partition_index(java_hash_code("user-1"), len(candidates))
+            assert (keyed_result.broker_id, keyed_result.partition) == candidates[index]
+        logs = await read_logs(cluster, "batched")
+        assert logs[(0, 0)][:50] == [b"v%d" % i for i in range(50)]
+        assert b"k1" in logs[candidates[index]]
+        entries = await shallow_log(cluster, "batched", 0)
+        assert entries[0].attributes == 1  # the 50 messages went as one gzip wrapper
+        with pytest.raises(ProducerClosedError):
+            await p.send_batch(p.create_batch(), "batched")
+
+
+async def test_stop_is_close_and_a_string_is_one_compressed_topic(kafka_cluster: Any) -> None:
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        p = Producer(brokers=cluster.broker_list, compression="gzip", compressed_topics="abc")
+        assert p.compressed_topics == frozenset({"abc"})
+        await p.start()
+        await asyncio.gather(*[await p.send(t, b"v" * 50, partition=(0, 0)) for t in "abc"])
+        await asyncio.gather(*[await p.send("abc", b"v" * 50, partition=(0, 0))])
+        await p.stop()
+        with pytest.raises(ProducerClosedError):
+            await p.send("abc", b"late")
+        for topic in "abc":  # "a", "b", "c" are not compressed topics
+            assert [e.attributes for e in await shallow_log(cluster, topic, 0)] == [0]
+        assert [e.attributes for e in await shallow_log(cluster, "abc", 0)] == [1]
+
+
+async def test_metrics_are_a_snapshot_that_counts_the_hot_path(kafka_cluster: Any) -> None:
+    async with (
+        kafka_cluster(1, zookeeper=None) as cluster,
+        Producer(brokers=cluster.broker_list, linger_ms=60_000) as p,
+    ):
+        for i in range(250):
+            await p.send("snap", b"%03d" % i)
+        before = p.metrics
+        assert (before.queued_messages, before.queued_bytes) == (250, 750)
+        await p.flush()
+        after = p.metrics
+        assert (after.queued_messages, after.messages_sent) == (0, 250)
+        assert before.queued_messages == 250  # a snapshot: it did not change

@@ -154,64 +154,102 @@ def encode_offsets_response(offsets: Iterable[int]) -> bytes:
 class FrameSplitter:
     """Split a byte stream into size-prefixed frames, incrementally.
 
-    Feed bytes as they arrive with :meth:`feed`; it returns the bodies of the frames that
-    became complete (without the 4-byte size) and keeps the rest. A frame size outside
-    ``min_size..max_size`` raises :class:`MalformedFrameError` and poisons the splitter:
-    the stream cannot be resynchronised, so the connection must be dropped. Frames that
-    were complete before the bad one are on the error's ``decoded`` attribute.
+    Two ways to use it. Push: :meth:`feed` adds received bytes and returns the bodies of
+    the frames they completed (without the 4-byte size). Pull: :meth:`receive` adds bytes
+    and :meth:`next_frame` returns one body at a time, each checked against a bound the
+    caller chooses for that frame (a client knows how large each answer may be).
+
+    A frame size outside ``min_size..max_size`` (or the bound given to :meth:`next_frame`)
+    raises :class:`MalformedFrameError` as soon as the 4 size bytes are in, before any more
+    of the body is buffered, and poisons the splitter: the stream cannot be
+    resynchronised, so the connection must be dropped. With :meth:`feed`, frames that were
+    complete before the bad one are on the error's ``decoded`` attribute.
 
     Responses carry at least an error code (``min_size=2``); requests at least a type
     (a broker uses ``min_size=1`` and ``max_size=max.socket.request.bytes``).
     """
 
-    __slots__ = ("_buf", "_consumed", "_error", "max_size", "min_size")
+    __slots__ = ("_buf", "_consumed", "_error", "_pos", "max_size", "min_size")
 
     def __init__(self, *, min_size: int = 2, max_size: int = _INT32_MAX) -> None:
         self.min_size = min_size
         self.max_size = max_size
         self._buf = bytearray()
-        self._consumed = 0
+        self._pos = 0  # start of the next frame in _buf
+        self._consumed = 0  # stream position of _buf[0]
         self._error: MalformedFrameError | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as part of a frame."""
-        return len(self._buf)
+        return len(self._buf) - self._pos
 
     @property
     def pending_size(self) -> int | None:
         """Size of the frame being assembled, once its size field has arrived."""
-        if len(self._buf) < 4:
+        if len(self._buf) - self._pos < 4:
             return None
-        size: int = _I32.unpack_from(self._buf)[0]
+        size: int = _I32.unpack_from(self._buf, self._pos)[0]
         return size
+
+    @property
+    def broken(self) -> MalformedFrameError | None:
+        """The error that poisoned the splitter, if any."""
+        return self._error
+
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise MalformedFrameError(str(self._error), position=self._error.position)
+
+    def receive(self, data: BytesLike) -> None:
+        """Add received bytes (pull mode; take frames out with :meth:`next_frame`)."""
+        self._check_usable()
+        if self._pos:
+            del self._buf[: self._pos]
+            self._consumed += self._pos
+            self._pos = 0
+        self._buf += data
+
+    def next_frame(self, max_size: int | None = None) -> bytes | None:
+        """The body of the next complete frame, or None until it has fully arrived.
+
+        The frame's size must lie in ``min_size..max_size`` and, when given, be at most
+        ``max_size`` here; it is checked as soon as the size field is in.
+        """
+        self._check_usable()
+        buf, pos = self._buf, self._pos
+        available = len(buf) - pos
+        if available < 4:
+            return None
+        (size,) = _I32.unpack_from(buf, pos)
+        limit = self.max_size if max_size is None else min(max_size, self.max_size)
+        if not self.min_size <= size <= limit:
+            where = self._consumed + pos
+            self._error = MalformedFrameError(
+                f"frame size {size} at stream position {where} is outside {self.min_size}..{limit}",
+                position=where,
+            )
+            raise self._error
+        if available - 4 < size:
+            return None
+        end = pos + 4 + size
+        body = bytes(buf[pos + 4 : end])
+        if end == len(buf):  # all consumed: start over without moving bytes
+            buf.clear()
+            self._consumed += end
+            self._pos = 0
+        else:
+            self._pos = end
+        return body
 
     def feed(self, data: BytesLike) -> list[bytes]:
         """Add received bytes; return every frame body completed by them."""
-        if self._error is not None:
-            raise MalformedFrameError(str(self._error), position=self._error.position)
-        buf = self._buf
-        buf += data
+        self.receive(data)
         frames: list[bytes] = []
-        pos = 0
-        end = len(buf)
-        unpack = _I32.unpack_from
-        while end - pos >= 4:
-            (size,) = unpack(buf, pos)
-            if not self.min_size <= size <= self.max_size:
-                self._error = MalformedFrameError(
-                    f"frame size {size} at stream position {self._consumed + pos} is outside "
-                    f"{self.min_size}..{self.max_size}",
-                    position=self._consumed + pos,
-                )
-                del buf[:pos]
-                self._error.decoded = frames
-                raise self._error
-            if end - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-            self._consumed += pos
+        try:
+            while (body := self.next_frame()) is not None:
+                frames.append(body)
+        except MalformedFrameError as exc:
+            exc.decoded = frames
+            raise
         return frames

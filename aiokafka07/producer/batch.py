@@ -1,0 +1,256 @@
+"""Batches: messages for one (broker, topic, partition) that travel in one request.
+
+:class:`Batch` is the producer's internal unit from accumulation to outcome. It keeps the
+messages as parallel lists (payloads and futures), not one object per message, because
+this is the hot path; what only some messages have (a key or a pinned partition to route
+again by, an entry encoded already) is kept sparsely, by position.
+
+:class:`BatchBuilder` is the public, aiokafka-shaped way to hand the producer a batch
+built by the caller (:meth:`Producer.create_batch` / :meth:`Producer.send_batch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidConfigError, MessageTooLargeError
+
+__all__ = ["Batch", "BatchBuilder", "Route", "serialize"]
+
+Route = tuple[Any, "tuple[int, int] | None"]
+"""How a message was routed, to route it again on a retry: (key, pinned partition)."""
+
+
+class Batch:
+    """Messages for one (broker, topic, partition), in the order they were accepted.
+
+    ``values`` are payloads, or at the positions in ``raw`` whole encoded entries
+    (:meth:`Producer.send_message`). ``futures`` has one future per message, or a single
+    one for the whole batch (``whole``: a :class:`BatchBuilder`). ``routes`` maps the
+    position of a message sent with a key or an explicit partition to its :data:`Route`.
+    ``isolated`` batches go alone in a request (retried after a refused multi-entry
+    request). ``ended`` is set once the outcome of every message was decided, so no
+    message is ever counted twice.
+
+    While a batch is the *hot* batch of its topic (where keyless messages go, see
+    :class:`~aiokafka07.producer.accumulator.Accumulator`), ``count_cap`` and
+    ``byte_cap`` are the limits that keep it hot and ``base_count`` / ``base_size`` what
+    the accumulator had counted when it became hot.
+    """
+
+    __slots__ = (
+        "attempts",
+        "base_count",
+        "base_size",
+        "broker_id",
+        "byte_cap",
+        "count_cap",
+        "created",
+        "ended",
+        "futures",
+        "isolated",
+        "last_error",
+        "partition",
+        "raw",
+        "routes",
+        "size",
+        "topic",
+        "values",
+        "whole",
+    )
+
+    def __init__(
+        self, topic: str, broker_id: int, partition: int, *, isolated: bool = False
+    ) -> None:
+        self.topic = topic
+        self.broker_id = broker_id
+        self.partition = partition
+        self.isolated = isolated
+        self.values: list[bytes] = []
+        self.futures: list[asyncio.Future[Any]] = []
+        self.size = 0
+        self.routes: dict[int, Route] | None = None
+        self.raw: set[int] | None = None
+        self.whole = False
+        self.attempts = 0
+        self.last_error: BaseException | None = None
+        self.ended = False
+        self.created = time.monotonic()
+        self.count_cap = 0
+        self.byte_cap = 0
+        self.base_count = 0
+        self.base_size = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Batch {self.topic}/{self.broker_id}-{self.partition}: {len(self.values)} "
+            f"messages, {self.size} bytes{', isolated' if self.isolated else ''}>"
+        )
+
+    @property
+    def count(self) -> int:
+        """Messages in the batch."""
+        return len(self.values)
+
+    @property
+    def where(self) -> tuple[str, int, int]:
+        """(topic, broker id, partition): how failures are reported."""
+        return self.topic, self.broker_id, self.partition
+
+    def add(
+        self,
+        value: bytes,
+        future: asyncio.Future[Any],
+        route: Route | None = None,
+        *,
+        raw: bool = False,
+    ) -> None:
+        """Append one message (the general path; the hot path appends inline)."""
+        position = len(self.values)
+        self.values.append(value)
+        self.futures.append(future)
+        self.size += len(value)
+        if route is not None:
+            if self.routes is None:
+                self.routes = {}
+            self.routes[position] = route
+        if raw:
+            if self.raw is None:
+                self.raw = set()
+            self.raw.add(position)
+
+    def pending(self) -> list[asyncio.Future[Any]]:
+        """The futures of this batch not resolved yet."""
+        return [f for f in self.futures if not f.done()]
+
+    def split(self) -> list[tuple[Route | None, Batch]]:
+        """The messages regrouped by route, for routing again: one batch of the keyless
+        ones (route None) and one per keyed or pinned message, each keeping this batch's
+        attempts, isolation and last error. A :attr:`whole` batch stays whole."""
+        if self.whole or not self.routes:
+            # A whole batch is routed as one; its route, if any, is kept at position 0.
+            return [(self.routes.get(0) if self.whole and self.routes else None, self)]
+        free = Batch(self.topic, self.broker_id, self.partition, isolated=self.isolated)
+        groups: list[tuple[Route | None, Batch]] = []
+        for position, (value, future) in enumerate(zip(self.values, self.futures, strict=True)):
+            route = self.routes.get(position)
+            raw = self.raw is not None and position in self.raw
+            if route is None:
+                free.add(value, future, raw=raw)
+                continue
+            one = Batch(self.topic, self.broker_id, self.partition, isolated=self.isolated)
+            one.add(value, future, route, raw=raw)
+            groups.append((route, one))
+        if free.values:
+            groups.insert(0, (None, free))
+        for _, batch in groups:
+            batch.attempts = self.attempts
+            batch.last_error = self.last_error
+        return groups
+
+
+class BatchBuilder:
+    """Messages collected by the caller, sent as one message set by
+    :meth:`Producer.send_batch` (aiokafka's ``create_batch`` / ``send_batch`` shape).
+
+    :meth:`append` takes a value (serialised with the producer's ``value_serializer``)
+    and returns its position in the batch, or None once the batch is full (``batch_size``
+    messages or ``batch_bytes`` of payload, as the producer's own batches). 0.7 messages
+    carry no key and no timestamp: the key given to :meth:`Producer.send_batch` routes the
+    whole batch, so ``append`` refuses them rather than drop them silently.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_max_bytes",
+        "_max_count",
+        "_max_message",
+        "_serialize",
+        "size_bytes",
+        "values",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_count: int,
+        max_bytes: int,
+        max_message_size: int,
+        serializer: Callable[[Any], bytes] | None,
+    ) -> None:
+        self._max_count = max_count
+        self._max_bytes = max_bytes
+        self._max_message = max_message_size
+        self._serialize = serializer
+        self._closed = False
+        #: Payload bytes appended so far.
+        self.size_bytes = 0
+        #: The payloads appended so far, in order.
+        self.values: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def append(self, value: Any, *, key: Any = None, timestamp: Any = None) -> int | None:
+        """Add a message; its position, or None if the batch is full (or closed)."""
+        if key is not None or timestamp is not None:
+            raise InvalidConfigError(
+                "a 0.7 message has no key or timestamp: pass key= to send_batch() to route "
+                "the batch"
+            )
+        values = self.values
+        if self._closed or len(values) >= self._max_count:
+            return None
+        if type(value) is not bytes or self._serialize is not None:
+            value = serialize(value, self._serialize)
+        size = len(value)
+        if size > self._max_message:
+            raise MessageTooLargeError(
+                f"a message of {size} bytes exceeds max.message.size {self._max_message}; "
+                "a 0.7 broker would drop it silently"
+            )
+        if values and self.size_bytes + size > self._max_bytes:
+            return None
+        values.append(value)
+        self.size_bytes += size
+        return len(values) - 1
+
+    def record_count(self) -> int:
+        """Messages appended."""
+        return len(self.values)
+
+    def size(self) -> int:
+        """Payload bytes appended."""
+        return self.size_bytes
+
+    def close(self) -> None:
+        """Refuse further appends (:meth:`Producer.send_batch` closes it too)."""
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def serialize(value: Any, serializer: Callable[[Any], bytes] | None) -> bytes:
+    """A value as the payload bytes to send: ``serializer(value)``, or without one bytes
+    (and bytes-like) as they are and ``str`` as UTF-8. Anything else is refused here, at
+    ``send()``, not later in the sender."""
+    if serializer is not None:
+        payload: object = serializer(value)
+        if type(payload) is bytes:
+            return payload
+        if isinstance(payload, (bytearray, memoryview)):
+            return bytes(payload)
+        raise TypeError(f"the value_serializer returned a {type(payload).__name__}, not bytes")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise TypeError(
+        f"cannot send a {type(value).__name__} value without a value_serializer "
+        "(bytes and str are sent as they are)"
+    )

@@ -1,0 +1,590 @@
+"""The :class:`Producer`: a thin facade over router, accumulator and sender.
+
+* :mod:`.router` chooses each message's (broker, partition) as a 0.7.2 producer does and
+  checks what the caller supplies (partition pairs, keys) when ``send()`` is called;
+* :mod:`.accumulator` keeps accepted messages in per-(broker, topic, partition) batches,
+  with the buffer's space accounting and ``linger``;
+* :mod:`.sender` is the only part that touches connections: one supervised task per
+  broker, every outcome classified into done, retry or fail;
+* :mod:`.results` is where each message ends, exactly once.
+
+The invariant: every message ``send()`` accepted ends, delivered or failed with its cause
+(its future says which). :meth:`Producer.close` returns within its timeout whatever went
+wrong, and raises :class:`ProducerClosedError` naming every place messages failed, with
+the cause's text.
+
+0.7 never acknowledges a produce. With ``confirm`` (the default) an OFFSETS request is
+pipelined behind each request, and messages count as delivered once it is answered. If
+the connection breaks first, they are sent again (``on_unconfirmed="retry"``: at least
+once) or failed (``"fail"``: at most once). Without confirm, delivered means written to
+the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any
+
+from ..backoff import Backoff
+from ..cluster import Cluster, cluster_from
+from ..connection import MAX_MESSAGE_SIZE
+from ..errors import (
+    InvalidConfigError,
+    MessageTooLargeError,
+    NoBrokersError,
+    ProducerClosedError,
+    QueueFullError,
+)
+from ..pool import ConnectionPool
+from ..protocol import Compression, _accel, validate_topic
+from ..supervisor import Supervisor
+from ..validation import check_int, check_number
+from .accumulator import Accumulator
+from .batch import Batch, BatchBuilder, Route, serialize
+from .encoding import MessageSetEncoder, topics_to_compress
+from .results import EncodedMessage, Outcomes, ProduceResult, ProducerMetrics
+from .router import Partitioner, Router, check_partition
+from .sender import Sender
+
+__all__ = ["Producer"]
+
+log = logging.getLogger("aiokafka07.producer")
+
+_INT32_MAX = (1 << 31) - 1
+
+
+def _check_callable(name: str, value: object) -> None:
+    if value is not None and not callable(value):
+        raise InvalidConfigError(f"{name} must be callable or None, not {value!r}")
+
+
+class Producer:
+    """Send messages to Kafka 0.7 (an async context manager).
+
+    Exactly one of ``zookeeper`` (``zk.connect``) and ``brokers`` (``broker.list``) is
+    given, or a shared ``cluster``. ``compression`` applies to ``compressed_topics`` (all
+    topics when None or empty; a string is one topic), as ``compression.codec`` /
+    ``compressed.topics`` do. Every parameter is checked here: a bad value raises
+    :class:`~aiokafka07.errors.InvalidConfigError` (a ``ValueError`` and ``TypeError``)
+    naming it. Durations are milliseconds (``*_ms``) except the two connection timeouts,
+    in seconds, as everywhere in aiokafka07.
+    """
+
+    def __init__(
+        self,
+        *,
+        zookeeper: str | None = None,
+        brokers: str | None = None,
+        cluster: Cluster | None = None,
+        compression: Compression | int | str | None = None,
+        compressed_topics: Iterable[str] | str | None = None,
+        value_serializer: Callable[[Any], bytes] | None = None,
+        key_serializer: Callable[[Any], Any] | None = None,
+        partitioner: Partitioner | None = None,
+        batch_size: int = 1000,
+        batch_bytes: int = 1 << 20,
+        linger_ms: float = 5.0,
+        max_buffered_messages: int = 100_000,
+        max_buffered_bytes: int = 64 << 20,
+        max_in_flight: int = 5,
+        max_request_bytes: int = 8 << 20,
+        confirm: bool = True,
+        on_unconfirmed: str = "retry",
+        retries: int = 3,
+        retry_backoff_ms: float = 100.0,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        request_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        pool: ConnectionPool | None = None,
+    ) -> None:
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        batch_bytes = check_int("batch_bytes", batch_bytes, minimum=1)
+        linger = check_number("linger_ms", linger_ms, minimum=0) / 1000
+        max_buffered_messages = check_int("max_buffered_messages", max_buffered_messages, minimum=1)
+        max_buffered_bytes = check_int("max_buffered_bytes", max_buffered_bytes, minimum=1)
+        self.max_in_flight = check_int("max_in_flight", max_in_flight, minimum=1)
+        max_request_bytes = check_int(
+            "max_request_bytes", max_request_bytes, minimum=1, maximum=_INT32_MAX
+        )
+        retries = check_int("retries", retries, minimum=0)
+        retry_backoff = check_number("retry_backoff_ms", retry_backoff_ms, minimum=0, above=True)
+        self.max_message_size = check_int(
+            "max_message_size", max_message_size, minimum=1, maximum=_INT32_MAX
+        )
+        check_number("request_timeout", request_timeout, minimum=0, above=True)
+        check_number("connect_timeout", connect_timeout, minimum=0, above=True)
+        if not isinstance(confirm, bool):
+            raise InvalidConfigError(f"confirm must be True or False, not {confirm!r}")
+        if on_unconfirmed not in ("retry", "fail"):
+            raise InvalidConfigError(
+                f"on_unconfirmed must be 'retry' or 'fail', not {on_unconfirmed!r}"
+            )
+        for name, value in (
+            ("value_serializer", value_serializer),
+            ("key_serializer", key_serializer),
+            ("partitioner", partitioner),
+        ):
+            _check_callable(name, value)
+        try:
+            self.compression = Compression.parse(compression)
+        except (TypeError, ValueError) as exc:
+            raise InvalidConfigError(f"compression: {exc}") from exc
+        self.compressed_topics = topics_to_compress(compressed_topics)
+        for topic in self.compressed_topics or ():
+            validate_topic(topic)
+        if pool is not None and not isinstance(pool, ConnectionPool):
+            raise InvalidConfigError(f"pool must be a ConnectionPool, not {pool!r}")
+
+        if cluster is None:
+            cluster = cluster_from(zookeeper, brokers)
+            self._own_cluster = True
+        else:
+            self._own_cluster = False
+        self.cluster = cluster
+        self._router = Router(cluster, partitioner, key_serializer)
+        self.value_serializer = value_serializer
+        self._plain_values = value_serializer is None
+        self.batch_size = batch_size
+        self.linger = linger
+        self.confirm = confirm
+        self.retries = retries
+        self._own_pool = pool is None
+        self._pool = pool or ConnectionPool(
+            request_timeout=request_timeout,
+            connect_timeout=connect_timeout,
+            max_message_size=self.max_message_size,
+        )
+        self._metrics = ProducerMetrics()
+        self._supervisor = Supervisor("producer", log)
+        self._accumulator = Accumulator(
+            batch_size=batch_size,
+            batch_bytes=batch_bytes,
+            linger=linger,
+            max_messages=max_buffered_messages,
+            max_bytes=max_buffered_bytes,
+            max_message_size=self.max_message_size,
+            on_new_queue=self._new_broker,
+        )
+        # Where send() finds a topic's hot batch: none ever with a value_serializer (the
+        # hot path takes bytes as they are).
+        self._hot = self._accumulator.hot if value_serializer is None else {}
+        # The loop's create_future, bound at start() (the hot path calls it per message).
+        self._create_future: Callable[[], asyncio.Future[Any]] = asyncio.Future
+        self._outcomes = Outcomes(self._metrics, self._accumulator.release)
+        self._sender = Sender(
+            accumulator=self._accumulator,
+            router=self._router,
+            encoder=MessageSetEncoder(
+                self.compression, self.compressed_topics, self.max_message_size
+            ),
+            cluster=cluster,
+            pool=self._pool,
+            outcomes=self._outcomes,
+            metrics=self._metrics,
+            supervisor=self._supervisor,
+            confirm=confirm,
+            retry_unconfirmed=on_unconfirmed == "retry",
+            retries=retries,
+            backoff=Backoff(retry_backoff / 1000, max(retry_backoff / 1000, 5.0)),
+            max_in_flight=self.max_in_flight,
+            max_request_bytes=max_request_bytes,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+        self._closing = False
+        self._valid_topics: set[str] = set()
+
+    def _new_broker(self, broker_id: int) -> None:
+        self._sender.start(broker_id)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Close. If the block raised, its exception is the one that propagates: a
+        failure to deliver is then logged and attached to it as a note, never raised
+        over it."""
+        if exc is None:
+            await self.close()
+            return
+        try:
+            await self.close()
+        except Exception as close_error:
+            log.error("closing the producer after %s: %s", type(exc).__name__, close_error)
+            add_note = getattr(exc, "add_note", None)
+            if add_note is not None:
+                add_note(f"while closing the producer: {close_error}")
+
+    async def start(self) -> None:
+        """Start the cluster view (ZooKeeper session) if this producer owns it."""
+        if self._started:
+            return
+        if self._closing:
+            raise ProducerClosedError("a closed producer cannot start again")
+        if self._own_cluster:
+            await self.cluster.start()
+        self._loop = asyncio.get_running_loop()
+        self._accumulator.bind(self._loop)
+        self._create_future = self._loop.create_future
+        self._started = True
+        log.info(
+            "producer started on %r: compression %s%s, confirm %s (%s when unconfirmed), "
+            "batch_size %d, linger_ms %g, max_in_flight %d, retries %d",
+            self.cluster,
+            self.compression.name.lower(),
+            "" if self.compressed_topics is None else f" for {sorted(self.compressed_topics)}",
+            self.confirm,
+            "retry" if self._sender.retry_unconfirmed else "fail",
+            self.batch_size,
+            self.linger * 1000,
+            self.max_in_flight,
+            self.retries,
+        )
+
+    def _pending(self) -> list[asyncio.Future[Any]]:
+        """Futures of every message accepted and not ended yet."""
+        batches = [*self._accumulator.batches(), *self._sender.batches()]
+        return [f for batch in batches if not batch.ended for f in batch.pending()]
+
+    async def flush(self) -> None:
+        """Send everything accepted so far without lingering, and wait until each
+        message is delivered or failed (failures stay on the messages' futures). Bounded:
+        each message ends within its retries and timeouts."""
+        pending = self._pending()
+        self._accumulator.hurry()
+        if pending:
+            await asyncio.wait(pending)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Deliver everything accepted, then close the connections (and the cluster view
+        if owned). Raises :class:`ProducerClosedError` naming what was not delivered.
+
+        ``timeout`` (seconds) bounds the wait for deliveries; what is still undelivered
+        then fails (:class:`ProducerClosedError`, or :class:`ProduceNotConfirmedError`
+        for a request the broker may have received). None waits for every message to end,
+        which each does within its retries and timeouts. New messages are refused from
+        the moment ``close()`` is called.
+        """
+        if self._closing:
+            return
+        if timeout is not None:
+            timeout = check_number("timeout", timeout, minimum=0)
+        self._closing = True
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        self._accumulator.stop_accepting()
+        try:
+            if self._started:
+                pending = self._pending()
+                self._accumulator.hurry()
+                if pending:
+                    await asyncio.wait(pending, timeout=timeout)
+        finally:
+            await self._shut_down(loop, deadline)
+        error = self._outcomes.report()
+        if error is not None:
+            raise error
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Alias of :meth:`close` (aiokafka's name)."""
+        await self.close(timeout)
+
+    async def _shut_down(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
+        """Fail whatever is left, with its cause, and release every resource."""
+
+        def remaining(default: float) -> float:
+            return default if deadline is None else max(deadline - loop.time(), 0.0)
+
+        self._sender.stop()
+        for batch in self._accumulator.close():
+            self._outcomes.fail(
+                batch,
+                ProducerClosedError("the producer closed before this message was sent"),
+            )
+        await self._supervisor.aclose(timeout=max(remaining(10.0), 1.0))
+        if self._own_pool:
+            # Answers still outstanding may arrive while the connections close.
+            await self._pool.close(timeout=remaining(5.0))
+            await asyncio.sleep(0)  # let the requests' done callbacks run
+        self._sender.abandon()
+        if self._own_cluster and self._started:
+            await self.cluster.close()
+        if self._started:
+            m = self._metrics
+            log.info(
+                "producer closed: %d messages (%d bytes) sent in %d requests, "
+                "%d retried, %d failed",
+                m.messages_sent,
+                m.bytes_sent,
+                m.requests_sent,
+                m.retries,
+                m.messages_failed,
+            )
+
+    # -- what is known -------------------------------------------------------------
+
+    @property
+    def metrics(self) -> ProducerMetrics:
+        """The counters, as of now (a snapshot)."""
+        messages, size = self._accumulator.settle()
+        return dataclasses.replace(self._metrics, queued_messages=messages, queued_bytes=size)
+
+    async def partitions_for(self, topic: str) -> list[tuple[int, int]]:
+        """The (broker id, partition) pairs a message for ``topic`` may go to, sorted
+        numerically: what the partitioner chooses from (static mode: ``(id, 0)`` per
+        broker; the producer sends partition -1 there). Raises :class:`NoBrokersError`
+        when no live broker can take the topic."""
+        validate_topic(topic)
+        partitions = self._router.partitions(topic)
+        if not partitions:
+            raise NoBrokersError(f"no live broker for topic {topic}")
+        return partitions
+
+    # -- accepting -------------------------------------------------------------------
+
+    def _check_running(self) -> None:
+        if self._loop is None or self._closing:
+            raise ProducerClosedError("the producer is not running (use start() or async with)")
+
+    def _check_topic(self, topic: str) -> None:
+        if topic not in self._valid_topics:
+            validate_topic(topic)
+            self._valid_topics.add(topic)
+
+    def _check_size(self, size: int) -> None:
+        if size > self.max_message_size:
+            raise MessageTooLargeError(
+                f"a message of {size} bytes exceeds max.message.size "
+                f"{self.max_message_size}; a 0.7 broker would drop it silently"
+            )
+
+    def _validated(
+        self, topic: str, value: Any, partition: object, *, raw: EncodedMessage | None = None
+    ) -> tuple[bytes, tuple[int, int] | None]:
+        """Everything about a message that can be checked before waiting for space:
+        running, topic, payload, size, the partition pair. Returns (what to queue, the
+        pinned partition)."""
+        self._check_running()
+        self._check_topic(topic)
+        if raw is not None:
+            self._check_size(len(raw.value))
+            # The entry as the consumer read it: same magic, attributes, payload, hence CRC.
+            data = _accel.impl.encode_message_set((raw.value,), raw.magic, raw.attributes)
+        else:
+            data = value if type(value) is bytes and self._plain_values else None
+            if data is None:
+                data = serialize(value, self.value_serializer)
+            self._check_size(len(data))
+        pinned = None if partition is None else check_partition(partition)
+        return data, pinned
+
+    def _route(
+        self, topic: str, key: Any, pinned: tuple[int, int] | None, *, sticky: bool
+    ) -> tuple[tuple[int, int], Route | None]:
+        """(target, how to route it again on a retry) for a message or a batch. Without a
+        key or partition: the topic's sticky target when ``sticky``, else a random one."""
+        if pinned is not None:
+            return pinned, (None, pinned)
+        routing_key = self._router.key(key)
+        if routing_key is not None:
+            return self._router.by_key(topic, routing_key), (routing_key, None)
+        target = self._accumulator.sticky_target(topic) if sticky else None
+        return target or self._router.random_target(topic), None
+
+    def _add(
+        self, topic: str, data: bytes, key: Any, pinned: tuple[int, int] | None, *, raw: bool
+    ) -> tuple[asyncio.Future[ProduceResult], Batch]:
+        """Route and queue a validated message (space was checked)."""
+        target, route = self._route(topic, key, pinned, sticky=True)
+        return self._accumulator.add(topic, target, data, route, raw=raw)
+
+    async def _accept(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: object,
+        raw: EncodedMessage | None = None,
+    ) -> tuple[asyncio.Future[ProduceResult], Batch]:
+        data, pinned = self._validated(topic, value, partition, raw=raw)
+        if self._accumulator.full():
+            await self._accumulator.wait_for_space()
+            self._check_running()
+        return self._add(topic, data, key, pinned, raw=raw is not None)
+
+    def _accept_nowait(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: object,
+        raw: EncodedMessage | None = None,
+    ) -> asyncio.Future[ProduceResult]:
+        data, pinned = self._validated(topic, value, partition, raw=raw)
+        accumulator = self._accumulator
+        if accumulator.full():
+            messages, size = accumulator.settle()
+            raise QueueFullError(
+                f"{messages} messages ({size} bytes) are waiting to be sent; the buffer holds "
+                f"{accumulator.max_messages} messages / {accumulator.max_bytes} bytes"
+            )
+        return self._add(topic, data, key, pinned, raw=raw is not None)[0]
+
+    async def _let_senders_run(self) -> None:
+        """A batch was sealed: let its sender write it now, so sending overlaps with the
+        caller filling the next one (instead of waiting for a full buffer)."""
+        self._accumulator.sealed = False
+        await asyncio.sleep(0)
+
+    async def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        partition: tuple[int, int] | None = None,
+    ) -> asyncio.Future[ProduceResult]:
+        """Accept a message; wait while the buffer is full. Returns the delivery future.
+
+        ``partition`` = (broker id, partition) bypasses the partitioner. Everything is
+        checked before the message is accepted: the topic name
+        (:class:`InvalidTopicError`), the payload (``TypeError`` without a serializer
+        for it; :class:`MessageTooLargeError`), the partition pair
+        (:class:`InvalidPartitionError`) and the key (what the partitioner raises).
+        """
+        if key is None and partition is None and type(value) is bytes:
+            # The accumulator's hot path (Accumulator.append_hot), inlined: a call costs
+            # a fifth of the per-message work here.
+            batch = self._hot.get(topic)
+            size = len(value)
+            if batch is not None and size <= self.max_message_size:
+                future: asyncio.Future[ProduceResult] = self._create_future()
+                batch.futures.append(future)
+                values = batch.values
+                values.append(value)
+                size = batch.size = batch.size + size
+                if len(values) >= batch.count_cap or size >= batch.byte_cap:
+                    self._accumulator.capped(batch)
+                    if self._accumulator.sealed:
+                        await self._let_senders_run()
+                return future
+        future, _ = await self._accept(topic, value, key, partition)
+        if self._accumulator.sealed:
+            await self._let_senders_run()
+        return future
+
+    def send_nowait(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        partition: tuple[int, int] | None = None,
+    ) -> asyncio.Future[ProduceResult]:
+        """Accept a message, or raise :class:`QueueFullError` if the buffer is full."""
+        if key is None and partition is None and type(value) is bytes and topic in self._hot:
+            future = self._accumulator.append_hot(topic, value)
+            if future is not None:
+                return future
+        return self._accept_nowait(topic, value, key, partition)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        partition: tuple[int, int] | None = None,
+    ) -> ProduceResult:
+        """Send one message now (its batch does not linger; others' do) and wait for
+        its delivery."""
+        future, batch = await self._accept(topic, value, key, partition)
+        self._accumulator.hurry(batch)
+        return await future
+
+    async def send_message(
+        self,
+        topic: str,
+        message: EncodedMessage,
+        key: Any = None,
+        partition: tuple[int, int] | None = None,
+    ) -> asyncio.Future[ProduceResult]:
+        """Send a consumed message on exactly as it is: magic, attributes and payload, so
+        the same bytes and CRC (waits while the buffer is full).
+
+        A compressed wrapper from a shallow consumer stays one wrapper, byte for byte,
+        and the producer's ``compression`` never applies to it: this is how a mirror
+        forwards compressed sets without decompressing them. ``key`` and ``partition``
+        choose the partition as in :meth:`send` (0.7 messages carry no key).
+        """
+        future, _ = await self._accept(topic, None, key, partition, raw=message)
+        return future
+
+    def send_message_nowait(
+        self,
+        topic: str,
+        message: EncodedMessage,
+        key: Any = None,
+        partition: tuple[int, int] | None = None,
+    ) -> asyncio.Future[ProduceResult]:
+        """:meth:`send_message`, or raise :class:`QueueFullError` if the buffer is full."""
+        return self._accept_nowait(topic, None, key, partition, raw=message)
+
+    # -- batches (aiokafka's shape) ------------------------------------------------
+
+    def create_batch(self) -> BatchBuilder:
+        """An empty :class:`BatchBuilder` to fill with ``append(value)`` and hand to
+        :meth:`send_batch`; full at ``batch_size`` messages or ``batch_bytes`` bytes."""
+        return BatchBuilder(
+            max_count=self.batch_size,
+            max_bytes=self._accumulator.batch_bytes,
+            max_message_size=self.max_message_size,
+            serializer=self.value_serializer,
+        )
+
+    async def send_batch(
+        self,
+        batch: BatchBuilder,
+        topic: str,
+        *,
+        partition: tuple[int, int] | None = None,
+        key: Any = None,
+    ) -> asyncio.Future[ProduceResult]:
+        """Accept a batch built with :meth:`create_batch`: its messages go as one message
+        set (one wrapper when compressed), to ``partition``, or where ``key`` routes, or
+        to a random partition. Waits while the buffer is full; returns one future for
+        the whole batch. The batch is closed to further appends."""
+        if not isinstance(batch, BatchBuilder):
+            raise TypeError(f"send_batch takes a BatchBuilder from create_batch(), not {batch!r}")
+        self._check_running()
+        self._check_topic(topic)
+        pinned = None if partition is None else check_partition(partition)
+        batch.close()
+        if self._accumulator.full():
+            await self._accumulator.wait_for_space()
+            self._check_running()
+        target, route = self._route(topic, key, pinned, sticky=False)
+        assert self._loop is not None
+        future: asyncio.Future[ProduceResult] = self._loop.create_future()
+        whole = Batch(topic, target[0], target[1])
+        whole.values = batch.values
+        whole.size = batch.size_bytes
+        whole.futures = [future]
+        whole.whole = True
+        if route is not None:
+            whole.routes = {0: route}
+        if not whole.values:
+            future.set_result(ProduceResult(topic, target[0], target[1], self.confirm))
+            return future
+        self._accumulator.add_batch(whole)
+        await self._let_senders_run()
+        return future

@@ -1,0 +1,293 @@
+"""Every message the producer accepted ends, delivered or failed with a typed error, and
+close() returns in time, whatever the broker answers (through real sockets: a fake broker
+on loopback plays malformed confirmations, garbage or silence) and whatever the caller
+does (bad partition pairs, an interrupted flush, an exception in the ``async with``
+block)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+import time
+from typing import Any
+
+import pytest
+
+from aiokafka07.errors import (
+    InvalidPartitionError,
+    KafkaError,
+    ProduceNotConfirmedError,
+    ProducerClosedError,
+    QueueFullError,
+    RequestTimeoutError,
+)
+from aiokafka07.producer import Producer, ProduceResult
+from aiokafka07.protocol import Message
+
+from .garbage_server import GarbageServer, Reply, frame
+from .test_connection import offsets_frame, outcome
+from .test_producer import all_values, read_logs
+from .wire import eventually
+
+FAST = {"request_timeout": 0.5, "retries": 1, "retry_backoff_ms": 10, "linger_ms": 0}
+
+
+def static(server: GarbageServer) -> str:
+    return f"0:{server.host}:{server.port}"
+
+
+async def closed_in_time(producer: Producer, timeout: float, bound: float) -> Exception | None:
+    """Close; assert it returned within ``bound`` seconds; return what it raised."""
+    started = time.monotonic()
+    result = await outcome(producer.close(timeout=timeout), bound + 5)
+    assert time.monotonic() - started < bound
+    return result
+
+
+# What a "broker" may answer to the OFFSETS probe that confirms a produce. The produce
+# itself gets no answer (the first reply of each pair is empty). Six of these made
+# send_and_wait() hang before the producer caught every outcome.
+CONFIRM_ANSWERS: dict[str, tuple[Reply, type[Exception] | None]] = {
+    "size 0": (Reply(struct.pack(">i", 0)), ProduceNotConfirmedError),
+    "size 1": (Reply(frame(b"\0")), ProduceNotConfirmedError),
+    "negative size": (Reply(struct.pack(">i", -5) + b"\0" * 8), ProduceNotConfirmedError),
+    "huge size": (Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 64), ProduceNotConfirmedError),
+    "more offsets than asked": (Reply(offsets_frame(1, 2)), ProduceNotConfirmedError),
+    "truncated, then close": (Reply(offsets_frame(1)[:-3], close=True), ProduceNotConfirmedError),
+    "body without a count": (Reply(frame(b"\0\0\0")), ProduceNotConfirmedError),
+    "negative count": (Reply(frame(b"\0\0\xff\xff\xff\xff")), ProduceNotConfirmedError),
+    "count without offsets": (Reply(frame(b"\0\0\0\0\0\x01")), ProduceNotConfirmedError),
+    "random bytes": (Reply(random.Random(7).randbytes(23)), ProduceNotConfirmedError),
+    "close without a byte": (Reply(close=True), ProduceNotConfirmedError),
+    "silence": (Reply(), RequestTimeoutError),
+    # A proper answer proves the produce was processed, whatever follows it.
+    "an answer, then an unasked one": (Reply(offsets_frame(5) + offsets_frame(6)), None),
+    "an error code": (Reply(frame(b"\xff\xff\0\0\0\0")), None),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIRM_ANSWERS))
+async def test_every_kind_of_confirm_answer_ends_the_message(case: str) -> None:
+    reply, expected = CONFIRM_ANSWERS[case]
+    # The same answer on every attempt (a connection the client kept, or a new one).
+    async with GarbageServer([Reply(), reply] * 3) as server:
+        producer = Producer(brokers=static(server), **FAST)  # type: ignore[arg-type]
+        await producer.start()
+        result = await outcome(producer.send_and_wait("t", b"x"))
+        failed = await closed_in_time(producer, timeout=2, bound=4)
+    metrics = producer.metrics
+    assert (metrics.queued_messages, metrics.queued_bytes) == (0, 0)
+    if expected is None:
+        assert isinstance(result, ProduceResult)
+        assert failed is None
+        return
+    assert isinstance(result, expected), repr(result)
+    assert result.maybe_delivered  # written, never confirmed
+    assert metrics.messages_failed == 1
+    assert metrics.retries == 1  # unconfirmed: retried once (retries=1), then failed
+    assert isinstance(failed, ProducerClosedError)
+    assert failed.undelivered == 1
+    # The report names the place and carries the cause's own text.
+    assert f"t/0--1: 1 x {type(result).__name__}: {result}" in str(failed)
+
+
+async def test_failed_messages_give_their_buffer_space_back() -> None:
+    """Three messages the broker never confirms must not block later sends."""
+    async with GarbageServer([Reply(), Reply(struct.pack(">i", 0))]) as server:
+        producer = Producer(
+            brokers=static(server), max_buffered_messages=3, on_unconfirmed="fail", **FAST
+        )
+        await producer.start()
+        futures = [producer.send_nowait("t", b"%d" % i, partition=(0, 0)) for i in range(3)]
+        with pytest.raises(QueueFullError):
+            producer.send_nowait("t", b"one too many")
+        for future in futures:
+            assert isinstance(await outcome(future), ProduceNotConfirmedError)
+        assert producer.metrics.messages_failed == 3
+        assert producer.metrics.queued_messages == 0
+        later = await outcome(producer.send("t", b"later"), 2)
+        assert isinstance(later, asyncio.Future)
+        assert isinstance(await closed_in_time(producer, timeout=2, bound=4), ProducerClosedError)
+        assert isinstance(await outcome(later), KafkaError)
+
+
+BAD_PARTITIONS: list[Any] = [
+    (0, -5),
+    (0, 2**31),
+    (-1, 0),
+    (2**31, 0),
+    ("0", 1),
+    (0, 1.5),
+    (True, 0),
+    (0,),
+    (0, 1, 2),
+    "01",
+    7,
+    None.__class__,
+]
+
+
+@pytest.mark.parametrize("partition", BAD_PARTITIONS, ids=repr)
+async def test_bad_partition_pairs_are_refused_at_send(kafka_cluster: Any, partition: Any) -> None:
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        async with Producer(brokers=cluster.broker_list, max_buffered_messages=3) as p:
+            for _ in range(5):  # more than the buffer holds: nothing may stay queued
+                with pytest.raises(InvalidPartitionError, match="partition"):
+                    await p.send("bad", b"x", partition=partition)
+                with pytest.raises(InvalidPartitionError):
+                    p.send_nowait("bad", b"x", partition=partition)
+                with pytest.raises(InvalidPartitionError):
+                    await p.send_and_wait("bad", b"x", partition=partition)
+                with pytest.raises(InvalidPartitionError):
+                    await p.send_message("bad", Message(0, b"x"), partition=partition)
+                batch = p.create_batch()
+                batch.append(b"x")
+                with pytest.raises(InvalidPartitionError):
+                    await p.send_batch(batch, "bad", partition=partition)
+            assert (p.metrics.queued_messages, p.metrics.queued_bytes) == (0, 0)
+            result = await asyncio.wait_for(p.send_and_wait("bad", b"ok", partition=(0, 0)), 5)
+            assert result.confirmed
+        assert p.metrics.messages_failed == 0
+        assert all_values(await read_logs(cluster, "bad")) == [b"ok"]
+
+
+async def test_interrupted_flush_then_close_ends_everything_in_time() -> None:
+    before = asyncio.all_tasks()
+    async with GarbageServer() as server:  # reads everything, answers nothing
+        producer = Producer(brokers=static(server), request_timeout=30, linger_ms=1000)
+        await producer.start()
+        futures = [await producer.send("t", b"m%d" % i) for i in range(2500)]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(producer.flush(), 0.3)
+        assert not any(f.done() for f in futures)  # nobody confirms
+        failed = await closed_in_time(producer, timeout=0.5, bound=3)
+        assert isinstance(failed, ProducerClosedError)
+        assert failed.undelivered == 2500
+        assert "ProduceNotConfirmedError" in str(failed)
+        for future in futures:
+            exc = future.exception()
+            assert isinstance(exc, ProduceNotConfirmedError)
+            assert exc.maybe_delivered
+        assert producer.metrics.queued_messages == 0
+        with pytest.raises(ProducerClosedError):
+            await producer.send("t", b"late")
+    assert asyncio.all_tasks() - before == set()  # no sender, retry or connection task left
+
+
+async def test_close_during_retries_fails_them_with_their_cause() -> None:
+    async with GarbageServer([Reply(), Reply(close=True)]) as server:
+        producer = Producer(brokers=static(server), retries=5, retry_backoff_ms=2000, linger_ms=0)
+        await producer.start()
+        future = await producer.send("t", b"x")
+        await eventually(lambda: producer.metrics.retries > 0, 5)  # a retry waits
+        failed = await closed_in_time(producer, timeout=0.2, bound=2)
+        assert isinstance(failed, ProducerClosedError)
+        exc = future.exception()
+        assert isinstance(exc, ProduceNotConfirmedError)
+        assert str(exc) in str(failed)
+
+
+async def test_the_block_exception_is_never_hidden_by_close(kafka_cluster: Any) -> None:
+    futures: list[asyncio.Future[Any]] = []
+
+    async def application(broker_list: str, stop: Any) -> None:
+        async with Producer(brokers=broker_list, retries=0, connect_timeout=0.5) as producer:
+            await stop()
+            futures.append(await producer.send("gone", b"x"))
+            raise LookupError("the application's own error")
+
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        with pytest.raises(LookupError) as info:
+            await application(cluster.broker_list, lambda: cluster.stop_broker(0))
+        assert isinstance(futures[0].exception(), KafkaError)
+        notes = getattr(info.value, "__notes__", None)
+        if notes is not None:  # Python 3.11+: the close failure rides along as a note
+            assert any("not delivered" in note for note in notes)
+        # Without an exception of its own, the block raises the close failure.
+        await cluster.start_broker(0)
+
+    async def quiet_application() -> None:
+        async with Producer(
+            brokers=f"0:127.0.0.1:{_free_port()}", retries=0, connect_timeout=0.5
+        ) as producer:
+            await producer.send("gone", b"x")
+
+    with pytest.raises(ProducerClosedError, match="cannot connect"):
+        await quiet_application()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_an_unexpected_error_while_sending_fails_the_batch_with_its_cause(
+    kafka_cluster: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the sending path (injected: the encoder raises once) fails the batch it
+    concerns with that error, logged once with its traceback; the producer goes on."""
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        producer = Producer(brokers=cluster.broker_list, linger_ms=0)
+        await producer.start()
+        encoder = producer._sender.encoder
+        real = encoder.encode
+        calls = 0
+
+        def buggy(batch: Any) -> list[bytes]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("encoder bug")
+            return real(batch)
+
+        monkeypatch.setattr(encoder, "encode", buggy)
+        first = await outcome(producer.send_and_wait("t", b"first"))
+        assert isinstance(first, RuntimeError)
+        second = await outcome(producer.send_and_wait("t", b"second"))
+        assert isinstance(second, ProduceResult)
+        failed = await closed_in_time(producer, timeout=2, bound=4)
+        assert isinstance(failed, ProducerClosedError)
+        assert "RuntimeError: encoder bug" in str(failed)
+        logged = [r for r in caplog.records if r.exc_info and r.exc_info[1] is first]
+        assert len(logged) == 1
+        assert producer.metrics.messages_failed == 1
+        assert all_values(await read_logs(cluster, "t")) == [b"second"]
+
+
+async def test_a_crashed_sender_fails_its_work_and_a_new_one_takes_over(
+    kafka_cluster: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sender task itself crashing (injected into its loop) is escalated: the
+    messages waiting for that broker fail with the crash's error instead of waiting
+    forever, and the next message starts a new sender."""
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        producer = Producer(brokers=cluster.broker_list, linger_ms=50)
+        await producer.start()
+        accumulator = producer._accumulator
+        real = accumulator.next_request
+        crashed = False
+
+        async def crashing(queue: Any, max_bytes: int) -> Any:
+            nonlocal crashed
+            if not crashed:
+                crashed = True
+                await asyncio.sleep(0.01)
+                raise KeyError("sender bug")
+            return await real(queue, max_bytes)
+
+        monkeypatch.setattr(accumulator, "next_request", crashing)
+        lost = [await producer.send("t", b"lost %d" % i, partition=(0, 0)) for i in range(3)]
+        for future in lost:
+            assert isinstance(await outcome(future), KeyError)
+        assert any("producer/sender-0 crashed" in r.getMessage() for r in caplog.records)
+        result = await outcome(producer.send_and_wait("t", b"after", partition=(0, 0)))
+        assert isinstance(result, ProduceResult)
+        failed = await closed_in_time(producer, timeout=2, bound=4)
+        assert isinstance(failed, ProducerClosedError)
+        assert failed.undelivered == 3
+        assert all_values(await read_logs(cluster, "t")) == [b"after"]

@@ -1,0 +1,130 @@
+"""Bad configuration is refused at construction, naming the parameter, for every numeric
+parameter of Producer, BrokerConnection, ConnectionPool and SimpleConsumer (wrong type,
+negative, zero where meaningless, not finite)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aiokafka07 import BrokerAddress, BrokerConnection, ConnectionPool, Producer, SimpleConsumer
+from aiokafka07.errors import InvalidConfigError, InvalidTopicError, KafkaError
+
+ADDRESS = BrokerAddress(0, "127.0.0.1", 1)
+STATIC = "0:127.0.0.1:1"
+
+PRODUCER: list[tuple[str, Any]] = [
+    ("batch_size", 0),
+    ("batch_size", -1),
+    ("batch_size", 1.5),
+    ("batch_size", True),
+    ("batch_bytes", 0),
+    ("linger_ms", -1),
+    ("linger_ms", float("nan")),
+    ("linger_ms", "5"),
+    ("max_buffered_messages", 0),
+    ("max_buffered_bytes", -5),
+    ("max_in_flight", 0),
+    ("max_request_bytes", 0),
+    ("max_request_bytes", 2**31),
+    ("retries", -1),
+    ("retries", "3"),
+    ("retry_backoff_ms", 0),
+    ("retry_backoff_ms", float("inf")),
+    ("max_message_size", 0),
+    ("request_timeout", "x"),
+    ("request_timeout", 0),
+    ("request_timeout", -1.0),
+    ("connect_timeout", None),
+    ("confirm", "yes"),
+    ("on_unconfirmed", "maybe"),
+    ("compression", "lz4"),
+    ("value_serializer", "utf-8"),
+    ("partitioner", 3),
+    ("pool", "pool"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), PRODUCER, ids=[f"{n}={v!r}" for n, v in PRODUCER])
+def test_producer_refuses_bad_parameters(name: str, value: Any) -> None:
+    with pytest.raises(InvalidConfigError, match=name) as info:
+        Producer(brokers=STATIC, **{name: value})
+    # One hierarchy, and still what generic code expects.
+    assert isinstance(info.value, KafkaError)
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, TypeError)
+
+
+def test_producer_compressed_topics_are_topic_names() -> None:
+    assert Producer(brokers=STATIC, compressed_topics="abc").compressed_topics == {"abc"}
+    assert Producer(brokers=STATIC, compressed_topics=["a", "b"]).compressed_topics == {"a", "b"}
+    assert Producer(brokers=STATIC, compressed_topics=[]).compressed_topics is None
+    with pytest.raises(InvalidTopicError):
+        Producer(brokers=STATIC, compressed_topics=["ok", "no/slash"])
+
+
+CONNECTION: list[tuple[str, Any]] = [
+    ("connect_timeout", 0),
+    ("connect_timeout", "5"),
+    ("request_timeout", -1),
+    ("request_timeout", float("inf")),
+    ("send_buffer", 0),
+    ("receive_buffer", -1),
+    ("receive_buffer", 1.0),
+    ("max_message_size", 0),
+    ("max_unsent_bytes", 0),
+    ("max_unsent_bytes", "1M"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), CONNECTION, ids=[f"{n}={v!r}" for n, v in CONNECTION])
+def test_connection_and_pool_refuse_bad_parameters(name: str, value: Any) -> None:
+    with pytest.raises(InvalidConfigError, match=name):
+        BrokerConnection(ADDRESS, **{name: value})
+    with pytest.raises(InvalidConfigError, match=name):
+        ConnectionPool(**{name: value})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"connections_per_broker": 0},
+        {"connections_per_broker": "2"},
+        {"reconnect_backoff": (0, 1)},
+        {"reconnect_backoff": (2, 1)},
+        {"reconnect_backoff": 5},
+    ],
+    ids=repr,
+)
+def test_pool_refuses_bad_parameters(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidConfigError, match=next(iter(kwargs))):
+        ConnectionPool(**kwargs)
+
+
+SIMPLE: list[tuple[str, Any]] = [
+    ("port", 0),
+    ("port", 70000),
+    ("port", "9092"),
+    ("broker_id", -1),
+    ("fetch_size", 0),
+    ("fetch_size", 2.5),
+    ("max_fetch_size", 10),
+    ("request_timeout", 0),
+    ("connect_timeout", -2),
+    ("receive_buffer", 0),
+    ("pool", object()),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), SIMPLE, ids=[f"{n}={v!r}" for n, v in SIMPLE])
+def test_simple_consumer_refuses_bad_parameters(name: str, value: Any) -> None:
+    with pytest.raises(InvalidConfigError, match=name):
+        SimpleConsumer("127.0.0.1", **{"port": 9092, **{name: value}})
+
+
+def test_good_parameters_pass() -> None:
+    Producer(brokers=STATIC, linger_ms=0, request_timeout=0.5, retries=0, batch_size=1)
+    BrokerConnection(ADDRESS, request_timeout=1, connect_timeout=0.1, send_buffer=None)
+    SimpleConsumer("127.0.0.1", 9092, broker_id=0, fetch_size=1, max_fetch_size=1)
+    ConnectionPool(connections_per_broker=2, reconnect_backoff=(0.01, 0.01))
