@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-from aiokafka07.testing import ensure_zookeeper_installed
-
 
 def demo(*args: str) -> list[str]:
     result = subprocess.run(
@@ -24,9 +22,9 @@ def demo(*args: str) -> list[str]:
     return result.stdout.splitlines()
 
 
+@pytest.mark.usefixtures("zookeeper_installed")
 def test_demo_pipeline_counts_agree_on_every_path() -> None:
     pytest.importorskip("pyspark")
-    ensure_zookeeper_installed()
     lines = demo("--messages", "20000", "--members", "2")
     text = "\n".join(lines)
     for path in ("consumer group (live)", "spark batch", "spark streaming", "read back from"):

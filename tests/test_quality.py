@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,24 @@ def test_ruff_format() -> None:
 
 def test_mypy_strict() -> None:
     result = run("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_without_pyspark(tmp_path: Path) -> None:
+    """PySpark is an optional extra, so the types must check without it as well: mypy
+    runs against an interpreter that sees every installed package but pyspark."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
+    for entry in ours.iterdir():
+        if not entry.name.startswith("pyspark"):
+            (theirs / entry.name).symlink_to(entry)
+    hidden = subprocess.run([str(python), "-c", "import pyspark"], capture_output=True)
+    assert hidden.returncode != 0
+    result = run("mypy", "--python-executable", str(python), "--cache-dir", str(tmp_path / "c"))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
