@@ -126,16 +126,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command = name
     level = getattr(module, "LOG_LEVEL", logging.WARNING)
     _configure_logging(name, args.debug, args.verbose, level)
-    return _run(name, module.run, args)
+    return _run(name, module.run, args, parser)
 
 
-def _run(name: str, run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
+def _run(
+    name: str,
+    run: Callable[[argparse.Namespace], Any],
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+) -> int:
+    from .tools.common import UsageError
+
     try:
         if inspect.iscoroutinefunction(run):
             return asyncio.run(_supervise(name, run, args))
         return int(run(args))
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
+        print(f"{PROG} {name}: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     except BrokenPipeError:
         # The reader of our output went away (``| head``): a normal way to stop.
         from .tools.common import silence_stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..broker import Broker, BrokerConfig
 from ..broker.config import parse_properties
-from .common import stop_acknowledged
+from .common import UsageError, stop_acknowledged
 
 LOG_LEVEL = logging.INFO
 
@@ -55,7 +55,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     for item in args.set:
         key, eq, value = item.partition("=")
         if not eq:
-            raise ValueError(f"--set {item!r} is not KEY=VALUE")
+            raise UsageError(f"--set {item!r} is not KEY=VALUE")
         properties[key.strip()] = value.strip()
     for key, value in (
         ("brokerid", args.broker_id),
@@ -71,10 +71,10 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
         properties["enable.zookeeper"] = "false"
     properties.setdefault("brokerid", "0")
     if "log.dir" not in properties:
-        raise ValueError("--log-dir (log.dir) is required")
+        raise UsageError("--log-dir (log.dir) is required")
     zookeeper = properties.get("enable.zookeeper", "true").strip().lower() == "true"
     if zookeeper and "zk.connect" not in properties:
-        raise ValueError("--zookeeper (zk.connect) is required unless --no-zookeeper is given")
+        raise UsageError("--zookeeper (zk.connect) is required unless --no-zookeeper is given")
     return BrokerConfig.from_properties(properties)
 
 
@@ -93,6 +93,5 @@ async def run(args: argparse.Namespace) -> int:
         stop_acknowledged()
     finally:
         if broker.running:
-            await broker.stop()
-            print(f"broker {broker.broker_id} stopped", flush=True)
+            await broker.stop()  # which logs "broker N stopped"
     return 0

@@ -30,6 +30,7 @@ __all__ = [
     "CommandError",
     "Output",
     "Progress",
+    "UsageError",
     "add_cluster_options",
     "add_zk_timeout",
     "delete_tree",
@@ -40,6 +41,7 @@ __all__ = [
     "plural",
     "positive_float",
     "positive_int",
+    "rate",
     "read_brokers",
     "silence_stdout",
     "stop_acknowledged",
@@ -50,6 +52,11 @@ __all__ = [
 
 class CommandError(Exception):
     """A failure the user can act on; the dispatcher prints it as one line, exit 1."""
+
+
+class UsageError(CommandError):
+    """Arguments that do not fit together (or a required one missing): the dispatcher
+    prints the usage and the error, exit status 2, as argparse does for its own checks."""
 
 
 # -- argument types --------------------------------------------------------------------
@@ -116,7 +123,7 @@ def zookeeper_session(args: argparse.Namespace, connect: str | None = None) -> Z
     """A (not yet started) session on ``connect`` or ``--zookeeper``, with ``--zk-timeout``."""
     connect = connect or args.zookeeper
     if not connect:
-        raise CommandError("--zookeeper is required")
+        raise UsageError("--zookeeper is required")
     return ZooKeeper(connect, connection_timeout_ms=int(args.zk_timeout * 1000))
 
 
@@ -130,7 +137,7 @@ def parse_brokers(text: str) -> dict[int, BrokerAddress]:
     try:
         return parse_broker_list(",".join(numbered))
     except ValueError as exc:
-        raise CommandError(f"--brokers: {exc}") from None
+        raise UsageError(f"--brokers: {exc}") from None
 
 
 def parse_broker_partitions(items: Sequence[str]) -> list[tuple[int, int]]:
@@ -141,7 +148,7 @@ def parse_broker_partitions(items: Sequence[str]) -> list[tuple[int, int]]:
             try:
                 tp = TopicPartition.parse("", name)
             except ValueError as exc:
-                raise CommandError(f"--broker-partition: {exc}") from None
+                raise UsageError(f"--broker-partition: {exc}") from None
             result.add((tp.broker_id, tp.partition))
     return sorted(result)
 
@@ -188,6 +195,13 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 def plural(count: int, word: str) -> str:
     """``1 member``, ``2 members``."""
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def rate(per_second: float) -> str:
+    """A rate with the digits that matter: ``12345``, ``12.3``, ``0.23`` (not ``0``)."""
+    if per_second >= 100 or per_second == 0:
+        return f"{per_second:.0f}"
+    return f"{per_second:.1f}" if per_second >= 10 else f"{per_second:.2f}"
 
 
 def human_bytes(count: float) -> str:
@@ -270,8 +284,8 @@ class Progress:
         """``produced 10 messages (1.2 KiB) in 0.05 s: 200 msg/s, 24.0 KiB/s``."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         return (
-            f"{self.verb} {self.messages} messages ({human_bytes(self.bytes)}) in "
-            f"{elapsed:.2f} s: {self.messages / elapsed:.0f} msg/s, "
+            f"{self.verb} {plural(self.messages, 'message')} ({human_bytes(self.bytes)}) in "
+            f"{elapsed:.2f} s: {rate(self.messages / elapsed)} msg/s, "
             f"{human_bytes(self.bytes / elapsed)}/s"
         )
 
@@ -304,8 +318,14 @@ class ChunkReader:
         size = self.chunk_size
 
         def put(item: bytes | BaseException) -> bool:
+            put_item = chunks.put(item)
             try:
-                asyncio.run_coroutine_threadsafe(chunks.put(item), loop).result()
+                delivered = asyncio.run_coroutine_threadsafe(put_item, loop)
+            except RuntimeError:  # the loop is closed: nobody reads any more
+                put_item.close()  # never scheduled: no "never awaited" warning at exit
+                return False
+            try:
+                delivered.result()
             except BaseException:  # the loop is closing: nobody reads any more
                 return False
             return True

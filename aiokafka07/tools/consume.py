@@ -29,6 +29,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import random
 import sys
 from collections.abc import Awaitable, Callable
@@ -47,6 +48,7 @@ from .common import (
     CommandError,
     Output,
     Progress,
+    UsageError,
     add_cluster_options,
     delete_tree,
     parse_broker_partitions,
@@ -58,6 +60,8 @@ from .common import (
     topic_partitions,
     zookeeper_session,
 )
+
+log = logging.getLogger("aiokafka07.tools.consume")
 
 Formatter = Callable[[ConsumerRecord], bytes]
 NextBatch = Callable[[float | None, int | None], Awaitable[list[ConsumerRecord]]]
@@ -183,27 +187,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     simple = args.simple or args.broker_partition or args.offset is not None or args.brokers
     if args.zookeeper and args.brokers:
-        raise CommandError("give --zookeeper or --brokers, not both")
+        raise UsageError("give --zookeeper or --brokers, not both")
     if not (args.zookeeper or args.brokers):
-        raise CommandError("give --zookeeper (or --brokers for --simple)")
+        raise UsageError("give --zookeeper (or --brokers for --simple)")
     if args.offset is not None and (args.offset < 0 or args.from_beginning):
-        raise CommandError("--offset takes an offset >= 0, and not with --from-beginning")
+        raise UsageError("--offset takes an offset >= 0, and not with --from-beginning")
     progress = Progress("consumed", enabled=args.progress)
     output = Output()
     try:
         async with progress:
             if simple:
                 if args.group or args.whitelist or args.blacklist:
-                    raise CommandError(
+                    raise UsageError(
                         "--group, --whitelist and --blacklist need group mode, but "
                         "--simple, --broker-partition, --offset or --brokers was given"
                     )
                 if not args.topic:
-                    raise CommandError("simple mode reads one TOPIC")
+                    raise UsageError("simple mode reads one TOPIC")
                 await _simple(args, output, progress)
             else:
                 if sum(bool(x) for x in (args.topic, args.whitelist, args.blacklist)) != 1:
-                    raise CommandError("give a TOPIC, a --whitelist or a --blacklist (one)")
+                    raise UsageError("give a TOPIC, a --whitelist or a --blacklist (one)")
                 await _group(args, output, progress)
     finally:
         output.close()
@@ -265,6 +269,10 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
 
         await consumer.start()
         try:
+            if not consumer.assignment():
+                reason = await _nothing_to_read(zk, args)
+                if reason is not None:
+                    log.warning("%s; waiting", reason)
             await _print(next_batch, args, output, progress)
         finally:
             await consumer.close()  # commits what was printed
@@ -272,6 +280,28 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
                 await delete_tree(zk, f"/consumers/{group}")
     finally:
         await zk.close()
+
+
+async def _nothing_to_read(zk: ZooKeeper, args: argparse.Namespace) -> str | None:
+    """Why there is nothing to read, when ZooKeeper knows: no broker at all (a wrong
+    chroot, say), or no partition of the topic (or of a topic the filter matches)."""
+    if not await read_brokers(zk):
+        return f"no broker is registered at {args.zookeeper} (is the chroot right?)"
+    if args.topic:
+        if not await topic_partitions(zk, args.topic):
+            return (
+                f"topic {args.topic} has no partitions: no broker has registered it "
+                "(a broker creates a topic at its first message)"
+            )
+        return None
+    topic_filter = TopicFilter.parse(
+        args.whitelist or args.blacklist, whitelist=bool(args.whitelist)
+    )
+    topics = await zk.get_children("/brokers/topics") if await zk.exists("/brokers/topics") else []
+    if not any(topic_filter.allows(topic) for topic in topics):
+        which = "--whitelist" if args.whitelist else "--blacklist"
+        return f"no registered topic is selected by {which} {topic_filter.regex!r}"
+    return None
 
 
 async def _fresh_group(zk: ZooKeeper) -> str:
@@ -316,8 +346,9 @@ async def _simple(args: argparse.Namespace, output: Output, progress: Progress) 
         async with zookeeper_session(args) as zk:
             brokers = await read_brokers(zk)
             partitions = chosen or await topic_partitions(zk, topic)
+            reason = None if partitions else await _nothing_to_read(zk, args)
         if not partitions:
-            raise CommandError(f"topic {topic} has no partitions registered in ZooKeeper")
+            raise CommandError(reason or f"topic {topic} has no partitions registered in ZooKeeper")
     for broker_id, _ in partitions:
         if broker_id not in brokers:
             raise CommandError(f"broker {broker_id} is not known (not registered / not listed)")
