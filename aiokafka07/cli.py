@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mirror": ("aiokafka07.tools.mirror", "copy topics to another cluster, compressed sets kept"),
     "dump-log": ("aiokafka07.tools.dump_log", "decode and check 0.7 log segment files"),
     "broker": ("aiokafka07.tools.broker", "run an embedded Kafka 0.7.2-compatible broker"),
+    "cluster": ("aiokafka07.tools.cluster", "a local ZooKeeper and brokers for development"),
     "demo": ("aiokafka07.demo", "a whole pipeline, Spark included, on a throw-away cluster"),
 }
 

@@ -3,7 +3,8 @@
 Options map onto 0.7.2 ``server.properties`` keys (``--set`` takes any key a 0.7.2 broker
 reads; keys it accepts without reading are ignored with a warning), so a broker can be
 started from an existing properties file. Ctrl-C / SIGTERM stop it cleanly (logs flushed,
-registration removed), exit status 0; the newest segment is recovered at every start.
+registration removed), exit status 0, and so does the end of standard input with
+``--stop-on-stdin-close``; the newest segment is recovered at every start.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 from pathlib import Path
 
 from ..broker import Broker, BrokerConfig
 from ..broker.config import parse_properties
-from .common import UsageError, stop_acknowledged
+from .common import ChunkReader, UsageError, stop_acknowledged
 
 LOG_LEVEL = logging.INFO
 
@@ -44,6 +46,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="any server.properties key, e.g. --set log.flush.interval=1",
+    )
+    parser.add_argument(
+        "--stop-on-stdin-close",
+        action="store_true",
+        help="also stop cleanly when standard input closes (for a supervising process that "
+        "holds the other end of a pipe: the broker then stops with it)",
     )
 
 
@@ -88,7 +96,11 @@ async def run(args: argparse.Namespace) -> int:
             f"(log.dir {config.log_dir})",
             flush=True,
         )
-        await asyncio.Event().wait()  # until Ctrl-C / SIGTERM cancels us
+        if args.stop_on_stdin_close:
+            async for _ in ChunkReader(sys.stdin.buffer):
+                pass  # whatever is written is ignored; the end of the input stops us
+        else:
+            await asyncio.Event().wait()  # until Ctrl-C / SIGTERM cancels us
     except asyncio.CancelledError:
         stop_acknowledged()
     finally:

@@ -43,6 +43,7 @@ __all__ = [
     "positive_int",
     "rate",
     "read_brokers",
+    "require_zookeeper",
     "silence_stdout",
     "stop_acknowledged",
     "topic_partitions",
@@ -167,6 +168,39 @@ async def delete_tree(zk: ZooKeeper, path: str) -> None:
     for child in await zk.get_children(path):
         await delete_tree(zk, f"{path}/{child}")
     await zk.delete(path)
+
+
+async def require_zookeeper(command: str, why: str) -> None:
+    """Make sure Debian's zookeeper package (and Java) is here for a local ZooKeeper.
+
+    When it is missing, it is installed with apt-get where that is possible (root on
+    Debian), saying so first; anywhere else the command fails with one line saying what
+    to run and ``why`` it is needed.
+    """
+    from ..testing.zookeeper_server import (
+        ZooKeeperNotInstalled,
+        can_install_zookeeper,
+        ensure_zookeeper_installed,
+    )
+
+    try:
+        ensure_zookeeper_installed(install=False)
+        return
+    except ZooKeeperNotInstalled:
+        if not can_install_zookeeper():
+            raise CommandError(
+                f"ZooKeeper is not installed ({why}): run 'sudo apt-get install -y zookeeper' "
+                "(Debian's package, which brings Java too), then start again"
+            ) from None
+    print(
+        f"aiokafka07 {command}: installing Debian's zookeeper package with apt-get ({why}); "
+        "this takes a minute or two, once",
+        flush=True,
+    )
+    try:
+        await asyncio.to_thread(ensure_zookeeper_installed)
+    except ZooKeeperNotInstalled as exc:
+        raise CommandError(" ".join(str(exc).split())) from None
 
 
 # -- output formatting ---------------------------------------------------------------------
