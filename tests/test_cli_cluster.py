@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -53,19 +54,41 @@ class Running:
         return self.process.returncode, out.decode().splitlines(), seconds
 
 
-async def start(*args: str) -> Running:
+@pytest.fixture
+async def start() -> AsyncIterator[Callable[..., Awaitable[Running]]]:
+    """``start(*args)`` runs the command; whatever a test leaves running is killed."""
+    started: list[asyncio.subprocess.Process] = []
+
+    async def run(*args: str) -> Running:
+        running = await _start(*args)
+        started.append(running.process)
+        return running
+
+    yield run
+    for process in started:
+        if process.returncode is None:
+            process.terminate()  # a clean stop of the command and everything it runs
+            await asyncio.wait_for(process.wait(), 30)
+
+
+async def _start(*args: str) -> Running:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aiokafka07", "cluster", "--zookeeper-port", "0", "--port", "0",
         *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        process_group=0,
+        start_new_session=True,  # a process group of its own, as a shell job
     )  # fmt: skip
     assert process.stdout is not None
     lines: list[str] = []
-    while not lines or "Ctrl-C stops everything" not in lines[-1]:
-        line = await asyncio.wait_for(process.stdout.readline(), 60)
-        assert line, "\n".join(lines)
-        lines.append(line.decode().rstrip("\n"))
+    try:
+        while not lines or "Ctrl-C stops everything" not in lines[-1]:
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+            assert line, "\n".join(lines)
+            lines.append(line.decode().rstrip("\n"))
+    except BaseException:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 30)
+        raise
     return Running(process, lines)
 
 
@@ -77,7 +100,10 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
 
 
-async def test_one_ctrl_c_stops_everything_and_says_so() -> None:
+Start = Callable[..., Awaitable[Running]]
+
+
+async def test_one_ctrl_c_stops_everything_and_says_so(start: Start) -> None:
     cluster = await start("--brokers", "2")
     assert len(cluster.brokers) == 2
     children = cluster.children()
@@ -109,7 +135,9 @@ async def test_one_ctrl_c_stops_everything_and_says_so() -> None:
     assert not cluster.data.exists()
 
 
-async def test_data_dir_keeps_messages_and_offsets_across_runs(tmp_path: Path) -> None:
+async def test_data_dir_keeps_messages_and_offsets_across_runs(
+    start: Start, tmp_path: Path
+) -> None:
     data = tmp_path / "dev"
     cluster = await start("--brokers", "1", "--data-dir", str(data))
     async with Producer(zookeeper=cluster.zookeeper, linger_ms=0) as producer:
@@ -130,7 +158,7 @@ async def test_data_dir_keeps_messages_and_offsets_across_runs(tmp_path: Path) -
     assert (await again.ctrl_c())[0] == 0
 
 
-async def test_a_broker_that_dies_stops_the_cluster_with_one_error_line() -> None:
+async def test_a_broker_that_dies_stops_the_cluster_with_one_error_line(start: Start) -> None:
     cluster = await start("--brokers", "2")
     children = cluster.children()
     brokers = cluster.broker_pids()
@@ -146,7 +174,7 @@ async def test_a_broker_that_dies_stops_the_cluster_with_one_error_line() -> Non
     assert not any(alive(child) for child in children)
 
 
-async def test_a_port_in_use_is_one_error_line() -> None:
+async def test_a_port_in_use_is_one_error_line(start: Start) -> None:
     cluster = await start("--brokers", "1")
     zk_port = cluster.zookeeper.rpartition(":")[2]
     code, out, err = await run_cli("cluster", "--zookeeper-port", zk_port, "--port", "0")

@@ -18,12 +18,14 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import IO, Any, TextIO
+from typing import IO, Any, TextIO, TypeVar
 
 from ..cluster import parse_broker_list, read_brokers, read_topic_registrations
 from ..connection import BrokerAddress
 from ..records import TopicPartition
 from ..zookeeper import ZooKeeper
+
+T = TypeVar("T")
 
 __all__ = [
     "ChunkReader",
@@ -36,6 +38,7 @@ __all__ = [
     "delete_tree",
     "format_table",
     "human_bytes",
+    "in_daemon_thread",
     "parse_broker_partitions",
     "parse_brokers",
     "plural",
@@ -457,6 +460,37 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
         future.set_result(None)
     else:
         future.set_exception(error)
+
+
+async def in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in a daemon thread of its own; its result or exception.
+
+    For blocking calls that may not end when asked (a Spark job, say): a cancelled caller
+    stops waiting at once, and the thread, should it hang, does not keep the process from
+    exiting as the default executor's threads would.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():
+            return  # the caller stopped waiting
+        if error is None:
+            done.set_result(result)  # type: ignore[arg-type]
+        else:
+            done.set_exception(error)
+
+    def work() -> None:
+        try:
+            result, error = function(*args), None
+        except BaseException as exc:  # handed to the caller, whatever it is
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    name = getattr(function, "__name__", "call")
+    threading.Thread(target=work, name=f"aiokafka07-{name}", daemon=True).start()
+    return await done
 
 
 def silence_stdout() -> None:
