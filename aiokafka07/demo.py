@@ -142,6 +142,7 @@ class Live:
                 file=sys.stderr,
                 dynamic_ncols=True,
             )
+            await self._update()
             self._task = asyncio.create_task(self._refresh(), name=f"progress {self.name}")
         return self
 
@@ -156,17 +157,20 @@ class Live:
     async def _refresh(self) -> None:
         while True:
             await asyncio.sleep(self.REFRESH)
-            try:
-                count, total = await self.counter()
-            except Exception:
-                # Only the bar misses an update; the stage itself reports its errors.
-                if not self._failed:
-                    log.debug("progress of %s not read", self.name, exc_info=True)
-                self._failed = True
-                continue
-            if total is not None and total != self._bar.total:
-                self._bar.total = total
-            self._bar.update(count - self._bar.n)
+            await self._update()
+
+    async def _update(self) -> None:
+        try:
+            count, total = await self.counter()
+        except Exception:
+            # Only the bar misses an update; the stage itself reports its errors.
+            if not self._failed:
+                log.debug("progress of %s not read", self.name, exc_info=True)
+            self._failed = True
+            return
+        if total is not None and total != self._bar.total:
+            self._bar.total = total
+        self._bar.update(count - self._bar.n)
 
 
 def _counting(count: Callable[[], int], total: int | None) -> Counter:
