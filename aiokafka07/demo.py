@@ -48,6 +48,7 @@ from .pool import ConnectionPool
 from .producer import Producer
 from .protocol import LATEST
 from .simple import SimpleConsumer
+from .supervisor import CrashPolicy, Supervisor
 from .testing.local import LocalCluster, local_cluster
 from .tools.common import in_daemon_thread, require_zookeeper, stop_acknowledged
 
@@ -127,7 +128,7 @@ class Live:
         self.counter = counter
         self.enabled = enabled
         self._bar: Any = None
-        self._task: asyncio.Task[None] | None = None
+        self._supervisor = Supervisor(f"progress of {name}", log)
         self._failed = False
 
     async def __aenter__(self) -> Live:
@@ -143,14 +144,12 @@ class Live:
                 dynamic_ncols=True,
             )
             await self._update()
-            self._task = asyncio.create_task(self._refresh(), name=f"progress {self.name}")
+            # Best effort: a bar that stops moving costs nothing else.
+            self._supervisor.spawn("refresh", self._refresh(), policy=CrashPolicy.LOG)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._supervisor.aclose()
         if self._bar is not None:
             self._bar.close()
 

@@ -79,6 +79,7 @@ class LocalCluster:
         finally:
             for wait in waits:
                 wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
 
 @contextlib.asynccontextmanager

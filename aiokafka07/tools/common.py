@@ -46,6 +46,7 @@ __all__ = [
     "positive_int",
     "rate",
     "read_brokers",
+    "registered_topics",
     "require_zookeeper",
     "silence_stdout",
     "stop_acknowledged",
@@ -164,6 +165,12 @@ async def topic_partitions(zk: ZooKeeper, topic: str) -> list[tuple[int, int]]:
     """Every (broker, partition) registered for ``topic``, numerically sorted."""
     registrations = await read_topic_registrations(zk, topic)
     return sorted((b, p) for b, count in registrations.items() for p in range(count))
+
+
+async def registered_topics(zk: ZooKeeper) -> list[str]:
+    """Every topic a broker has registered (the children of ``/brokers/topics``), sorted."""
+    path = "/brokers/topics"
+    return sorted(await zk.get_children(path)) if await zk.exists(path) else []
 
 
 async def delete_tree(zk: ZooKeeper, path: str) -> None:

@@ -56,6 +56,7 @@ from .common import (
     plural,
     positive_int,
     read_brokers,
+    registered_topics,
     stop_acknowledged,
     topic_partitions,
     zookeeper_session,
@@ -297,7 +298,7 @@ async def _nothing_to_read(zk: ZooKeeper, args: argparse.Namespace) -> str | Non
     topic_filter = TopicFilter.parse(
         args.whitelist or args.blacklist, whitelist=bool(args.whitelist)
     )
-    topics = await zk.get_children("/brokers/topics") if await zk.exists("/brokers/topics") else []
+    topics = await registered_topics(zk)
     if not any(topic_filter.allows(topic) for topic in topics):
         which = "--whitelist" if args.whitelist else "--blacklist"
         return f"no registered topic is selected by {which} {topic_filter.regex!r}"
