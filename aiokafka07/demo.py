@@ -214,6 +214,9 @@ async def produce(
             zookeeper=cluster.zookeeper,
             brokers=None if cluster.zookeeper else cluster.broker_list,
             compression=codec,
+            # Little left to deliver when Ctrl-C closes them (close() delivers what it
+            # accepted), so an interrupted demo stops at once.
+            max_buffered_messages=20_000,
         )
         for codec in CODECS
     ]
@@ -368,6 +371,12 @@ async def spark_session(log_file: Path) -> AsyncIterator[Any]:
             await asyncio.wait_for(in_daemon_thread(cancel_everything), SPARK_STOP_TIMEOUT)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(in_daemon_thread(spark.stop), SPARK_STOP_TIMEOUT)
+        # The data source's own sessions and connections in this (the driver) process:
+        # closed now, while the cluster still answers, rather than at exit.
+        from .spark.runtime import WorkerRuntime
+
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(in_daemon_thread(WorkerRuntime.get().shutdown), 15)
 
 
 def _counts(rows: list[Any]) -> Counts:
