@@ -138,7 +138,7 @@ class Live:
             self._bar = tqdm(
                 desc=f"  {self.name}",
                 unit=f" {self.unit}",
-                unit_scale=True,
+                unit_scale=self.unit != "task",  # 1.00M msg, but 3 task (not 3.00)
                 leave=False,
                 file=sys.stderr,
                 dynamic_ncols=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sys
 import time
@@ -17,6 +18,7 @@ from aiokafka07 import Producer, SimpleConsumer
 from aiokafka07.zookeeper import ZooKeeper
 
 from .test_cli_common import run_cli
+from .wire import eventually
 
 pytestmark = pytest.mark.usefixtures("zookeeper_installed")
 
@@ -133,6 +135,17 @@ async def test_one_ctrl_c_stops_everything_and_says_so(start: Start) -> None:
     assert seconds < 5, seconds  # about 0.5 s here; the margin is for a loaded machine
     assert not any(alive(child) for child in children)
     assert not cluster.data.exists()
+
+
+async def test_nothing_outlives_a_killed_cluster_command(start: Start) -> None:
+    cluster = await start("--brokers", "2")
+    children = cluster.children()
+    assert len(children) == 4
+    os.kill(cluster.process.pid, signal.SIGKILL)
+    await asyncio.wait_for(cluster.process.wait(), 30)
+    # The brokers see their standard input close and stop; ZooKeeper's watchdog kills it.
+    await eventually(lambda: not any(alive(child) for child in children), timeout=30)
+    shutil.rmtree(cluster.data)  # what a killed command cannot remove itself
 
 
 async def test_data_dir_keeps_messages_and_offsets_across_runs(
