@@ -362,15 +362,11 @@ class ChunkReader:
         size = self.chunk_size
 
         def put(item: bytes | BaseException) -> bool:
-            put_item = chunks.put(item)
+            putting = chunks.put(item)
             try:
-                delivered = asyncio.run_coroutine_threadsafe(put_item, loop)
-            except RuntimeError:  # the loop is closed: nobody reads any more
-                put_item.close()  # never scheduled: no "never awaited" warning at exit
-                return False
-            try:
-                delivered.result()
+                asyncio.run_coroutine_threadsafe(putting, loop).result()
             except BaseException:  # the loop is closing: nobody reads any more
+                putting.close()  # never scheduled, perhaps: no "never awaited" warning
                 return False
             return True
 
