@@ -79,6 +79,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark stages")
     parser.add_argument("--static", action="store_true", help="no ZooKeeper: a static broker list")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.epilog = (
+        "exit status:\n"
+        "  0    every path agrees\n"
+        "  1    some path disagrees, or an error, reported in one line\n"
+        "  2    bad arguments\n"
+        "  130  interrupted (Ctrl-C or SIGTERM); everything it started is stopped"
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 class _Interrupted(Exception):

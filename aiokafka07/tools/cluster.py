@@ -76,6 +76,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a server.properties key for every broker (repeatable)",
     )
 
+    parser.epilog = (
+        "exit status:\n"
+        "  0    stopped by Ctrl-C or SIGTERM, the normal end\n"
+        "  1    an error, reported in one line (a port in use, a broker or ZooKeeper died)\n"
+        "  2    bad arguments"
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
 
 def _settings(items: list[str]) -> dict[str, str]:
     from .common import UsageError
