@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -44,11 +43,15 @@ def test_mypy_strict_without_pyspark(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    ours = Path(sysconfig.get_paths()["purelib"])
     theirs = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
-    for entry in ours.iterdir():
-        if not entry.name.startswith("pyspark"):
-            (theirs / entry.name).symlink_to(entry)
+    # Every site directory of this interpreter (a venv's and, with system site packages,
+    # the system's), in path order: the first of two same-named entries is the one used.
+    ours = [Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    for directory in ours:
+        for entry in directory.iterdir():
+            link = theirs / entry.name
+            if not entry.name.startswith("pyspark") and not link.exists():
+                link.symlink_to(entry)
     hidden = subprocess.run([str(python), "-c", "import pyspark"], capture_output=True)
     assert hidden.returncode != 0
     result = run("mypy", "--python-executable", str(python), "--cache-dir", str(tmp_path / "c"))
