@@ -71,6 +71,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "dump-log": ("aiokafka07.tools.dump_log", "decode and check 0.7 log segment files"),
     "broker": ("aiokafka07.tools.broker", "run an embedded Kafka 0.7.2-compatible broker"),
+    "cluster": ("aiokafka07.tools.cluster", "a local ZooKeeper and brokers for development"),
     "demo": ("aiokafka07.demo", "a whole pipeline, Spark included, on a throw-away cluster"),
 }
 
@@ -148,16 +149,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command = name
     level = getattr(module, "LOG_LEVEL", logging.WARNING)
     _configure_logging(name, args.debug, args.verbose, level)
-    return _run(name, module.run, args)
+    return _run(name, module.run, args, parser)
 
 
-def _run(name: str, run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
+def _run(
+    name: str,
+    run: Callable[[argparse.Namespace], Any],
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+) -> int:
+    from .tools.common import UsageError
+
     try:
         if inspect.iscoroutinefunction(run):
             return asyncio.run(_supervise(name, run, args))
         return int(run(args))
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
+        print(f"{PROG} {name}: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     except BrokenPipeError:
         # The reader of our output went away (``| head``): a normal way to stop.
         from .tools.common import silence_stdout

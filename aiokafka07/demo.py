@@ -1,7 +1,8 @@
 """``aiokafka07 demo``: a whole pipeline on a throw-away local cluster, in a few minutes.
 
-1. A real ZooKeeper when the machine has Debian's ``zookeeper`` package (else static
-   mode, with a broker list) and two embedded brokers, each in its own process.
+1. A real ZooKeeper (Debian's ``zookeeper`` package, installed first when missing and
+   running as root; otherwise the demo says what to run) and two embedded brokers, each
+   in its own process. ``--static`` runs the brokers without ZooKeeper instead.
 2. A realistic event stream: page views ``user|page|country|ms``, keyed by user (Java
    partitioning), produced by three producers with different codecs (none, gzip,
    snappy) at once.
@@ -11,8 +12,14 @@
    progress published to ZooKeeper as group ``spark-pageviews``) computing the same
    counts through the ``kafka07`` data source, and a Spark write of the counts to the
    topic ``pageview-counts``, read back.
-5. A report: whether the three counts agree, each stage's throughput, and where the
-   data went. Everything started is stopped and removed at the end.
+5. A report: whether the counts agree, each stage's throughput, and where the data went.
+   Everything started is stopped and removed at the end.
+
+On a terminal each stage shows live progress (on stderr); Spark's own output (its banner,
+its WARN lines) goes to ``spark.log`` in the data directory, not into the report. One
+Ctrl-C stops everything (Spark, the brokers, ZooKeeper), removes the data directory and
+says so in one line, exit status 130: the child processes run in sessions of their own,
+so the terminal's Ctrl-C reaches the demo alone, which stops them in order.
 
 Exit status 0 when every path agrees, 1 otherwise.
 """
@@ -23,12 +30,14 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import random
 import shutil
+import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,18 +48,25 @@ from .pool import ConnectionPool
 from .producer import Producer
 from .protocol import LATEST
 from .simple import SimpleConsumer
-from .testing.process import start_broker_process
-from .testing.zookeeper_server import ZooKeeperNotInstalled, ZooKeeperServer, zookeeper_classpath
+from .supervisor import CrashPolicy, Supervisor
+from .testing.local import LocalCluster, local_cluster
+from .tools.common import in_daemon_thread, require_zookeeper, stop_acknowledged
 
 __all__ = ["configure", "run"]
 
 LOG_LEVEL = logging.WARNING
 
+log = logging.getLogger("aiokafka07.demo")
+
 TOPIC = "pageviews"
 COUNTS_TOPIC = "pageview-counts"
 CODECS = ("none", "gzip", "snappy")
+#: Bound on one Spark clean-up step (cancelling jobs, stopping the session).
+SPARK_STOP_TIMEOUT = 10.0
 
 Counts = dict[str, int]
+#: A stage's live count and total (None while unknown), read every refresh.
+Counter = Callable[[], Awaitable[tuple[int, int | None]]]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +79,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark stages")
     parser.add_argument("--static", action="store_true", help="no ZooKeeper: a static broker list")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.epilog = (
+        "exit status:\n"
+        "  0    every path agrees\n"
+        "  1    some path disagrees, or an error, reported in one line\n"
+        "  2    bad arguments\n"
+        "  130  interrupted (Ctrl-C or SIGTERM); everything it started is stopped"
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+class _Interrupted(Exception):
+    """Ctrl-C / SIGTERM arrived during a stage: clean up, then say so once."""
 
 
 @dataclass
@@ -81,89 +109,82 @@ class Stage:
 class Report:
     stages: list[Stage] = field(default_factory=list)
     counts: dict[str, Counts] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    #: What runs now, for the line an interruption prints.
+    current: str = "start-up"
 
     def add(self, name: str, messages: int, started: float, note: str = "") -> None:
         stage = Stage(name, messages, time.perf_counter() - started, note)
         self.stages.append(stage)
-        print(f"  {name}: {messages:,} in {stage.seconds:.1f} s ({stage.rate:,.0f}/s) {note}")
+        line = f"  {name}: {messages:,} in {stage.seconds:.1f} s ({stage.rate:,.0f}/s) {note}"
+        print(line.rstrip(), flush=True)
 
 
-# -- the local cluster -------------------------------------------------------------------
+# -- live progress -----------------------------------------------------------------------
 
 
-@dataclass
-class LocalCluster:
-    """ZooKeeper (optional) and broker processes on loopback, in one data directory."""
+class Live:
+    """A stage's live progress on a terminal: a tqdm bar on stderr, refreshed from the
+    stage's counter a few times a second and removed when the stage ends (its result line
+    follows on stdout). Off when stderr is not a terminal: the result lines are plain.
+    """
 
-    root: Path
-    zookeeper: str | None
-    brokers: dict[int, BrokerAddress]
-    processes: list[asyncio.subprocess.Process]
+    REFRESH = 0.25
 
-    @property
-    def broker_list(self) -> str:
-        return ",".join(f"{b}:{a.host}:{a.port}" for b, a in sorted(self.brokers.items()))
+    def __init__(self, name: str, unit: str, counter: Counter, *, enabled: bool) -> None:
+        self.name = name
+        self.unit = unit
+        self.counter = counter
+        self.enabled = enabled
+        self._bar: Any = None
+        self._supervisor = Supervisor(f"progress of {name}", log)
+        self._failed = False
 
-    def connection(self) -> dict[str, str]:
-        """The cluster options of the producer, consumer and data source."""
-        if self.zookeeper is not None:
-            return {"zookeeper": self.zookeeper}
-        return {"brokers": self.broker_list}
+    async def __aenter__(self) -> Live:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                desc=f"  {self.name}",
+                unit=f" {self.unit}",
+                unit_scale=self.unit != "task",  # 1.00M msg, but 3 task (not 3.00)
+                leave=False,
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
+            await self._update()
+            # Best effort: a bar that stops moving costs nothing else.
+            self._supervisor.spawn("refresh", self._refresh(), policy=CrashPolicy.LOG)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._supervisor.aclose()
+        if self._bar is not None:
+            self._bar.close()
+
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(self.REFRESH)
+            await self._update()
+
+    async def _update(self) -> None:
+        try:
+            count, total = await self.counter()
+        except Exception:
+            # Only the bar misses an update; the stage itself reports its errors.
+            if not self._failed:
+                log.debug("progress of %s not read", self.name, exc_info=True)
+            self._failed = True
+            return
+        if total is not None and total != self._bar.total:
+            self._bar.total = total
+        self._bar.update(count - self._bar.n)
 
 
-async def _start_broker(
-    broker_id: int, root: Path, zookeeper: str | None, partitions: int
-) -> tuple[asyncio.subprocess.Process, BrokerAddress]:
-    log_dir = root / f"broker-{broker_id}"
-    # An empty partition log: the broker opens it at start-up and registers the topic,
-    # as on a cluster that has been running for a while, so producers see every
-    # partition from the first message (0.7 creates a topic at its first write).
-    (log_dir / f"{TOPIC}-0").mkdir(parents=True, exist_ok=True)
-    # Visible within 200 ms of a write, without an fsync per batch.
-    settings = {"log.flush.interval": "10000", "log.default.flush.scheduler.interval.ms": "200"}
-    return await start_broker_process(
-        log_dir, broker_id=broker_id, partitions=partitions, zookeeper=zookeeper, settings=settings
-    )
+def _counting(count: Callable[[], int], total: int | None) -> Counter:
+    async def counter() -> tuple[int, int | None]:
+        return count(), total
 
-
-@contextlib.asynccontextmanager
-async def local_cluster(
-    static: bool, partitions: int, keep: bool, brokers: int = 2
-) -> AsyncIterator[LocalCluster]:
-    """Start ZooKeeper (unless static or not installed) and ``brokers`` broker processes."""
-    root = Path(tempfile.mkdtemp(prefix="aiokafka07-demo-"))
-    server: ZooKeeperServer | None = None
-    processes: list[asyncio.subprocess.Process] = []
-    try:
-        if not static:
-            try:
-                zookeeper_classpath()
-                server = ZooKeeperServer(data_dir=root / "zookeeper")
-                await asyncio.to_thread(server.start)
-            except ZooKeeperNotInstalled:
-                print("  no ZooKeeper on this machine (Debian's 'zookeeper'): static mode")
-                server = None
-        connect = f"{server.connect_string}/demo" if server is not None else None
-        addresses: dict[int, BrokerAddress] = {}
-        for broker_id in range(brokers):
-            process, address = await _start_broker(broker_id, root, connect, partitions)
-            processes.append(process)
-            addresses[broker_id] = address
-        yield LocalCluster(root, connect, addresses, processes)
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.terminate()
-        for process in processes:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(process.wait(), 30)
-        if server is not None:
-            await asyncio.to_thread(server.close)
-        if keep:
-            print(f"data kept in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+    return counter
 
 
 # -- stage 1: produce ----------------------------------------------------------------------
@@ -192,35 +213,50 @@ def page_of(value: bytes) -> str:
     return value.split(b"|", 2)[1].decode()
 
 
-async def produce(cluster: LocalCluster, views: list[tuple[str, bytes]], report: Report) -> int:
+async def produce(
+    cluster: LocalCluster, views: list[tuple[str, bytes]], report: Report, live: bool
+) -> int:
     """Three producers, one codec each, sending a third of the views at once."""
-    total_bytes = 0
-
-    async def one(codec: str, share: list[tuple[str, bytes]]) -> None:
-        nonlocal total_bytes
-        async with Producer(
+    producers = [
+        Producer(
             zookeeper=cluster.zookeeper,
             brokers=None if cluster.zookeeper else cluster.broker_list,
             compression=codec,
-        ) as producer:
+            # Little left to deliver when Ctrl-C closes them (close() delivers what it
+            # accepted), so an interrupted demo stops at once.
+            max_buffered_messages=20_000,
+        )
+        for codec in CODECS
+    ]
+
+    async def one(producer: Producer, share: list[tuple[str, bytes]]) -> None:
+        async with producer:
             for user, value in share:
                 await producer.send(TOPIC, value, key=user)
             await producer.flush()
-            total_bytes += producer.metrics.bytes_sent
+
+    def delivered() -> int:
+        return sum(p.metrics.messages_sent for p in producers)
 
     started = time.perf_counter()
     thirds = [views[i :: len(CODECS)] for i in range(len(CODECS))]
-    await asyncio.gather(*(one(codec, share) for codec, share in zip(CODECS, thirds, strict=True)))
+    async with Live("produce", "msg", _counting(delivered, len(views)), enabled=live):
+        await asyncio.gather(*(one(p, share) for p, share in zip(producers, thirds, strict=True)))
     keyed = "keyed by user" if cluster.zookeeper else "random partitions (static mode)"
     report.add("produce, 3 producers (none/gzip/snappy)", len(views), started, keyed)
-    return total_bytes
+    return sum(p.metrics.bytes_sent for p in producers)
 
 
 # -- stage 2: consume live -----------------------------------------------------------------
 
 
 async def count_with_group(
-    cluster: LocalCluster, members: int, partitions: int, expected: int, report: Report
+    cluster: LocalCluster,
+    members: int,
+    partitions: int,
+    expected: int,
+    report: Report,
+    live: bool,
 ) -> tuple[Counts, dict[str, int]]:
     """A consumer group counts views per page until it has seen every view.
 
@@ -264,12 +300,13 @@ async def count_with_group(
             if len(owned) == len(everything) and set(owned) == everything:
                 break
             await asyncio.sleep(0.1)
-        tasks = [asyncio.create_task(member(c)) for c in consumers]
-        try:
-            await asyncio.wait_for(done.wait(), 600)
-        finally:
-            done.set()
-            await asyncio.gather(*tasks)
+        async with Live("consume", "msg", _counting(lambda: seen, expected), enabled=live):
+            tasks = [asyncio.create_task(member(c)) for c in consumers]
+            try:
+                await asyncio.wait_for(done.wait(), 600)
+            finally:
+                done.set()
+                await asyncio.gather(*tasks)
     finally:
         await asyncio.gather(*(c.close() for c in consumers))
     report.add(f"consumer group, {members} members", seen, started, "counting views per page")
@@ -277,13 +314,17 @@ async def count_with_group(
 
 
 async def count_with_simple_consumers(
-    cluster: LocalCluster, partitions: int, expected: int, report: Report
+    cluster: LocalCluster, partitions: int, expected: int, report: Report, live: bool
 ) -> tuple[Counts, dict[str, int]]:
     """Static mode has no groups: one SimpleConsumer task per broker-partition."""
     counts: collections.Counter[str] = collections.Counter()
     per_partition: collections.Counter[str] = collections.Counter()
     next_offsets: dict[str, int] = {}
     started = time.perf_counter()
+
+    def seen() -> int:
+        return sum(per_partition.values())
+
     async with ConnectionPool() as pool:
 
         async def one(address: BrokerAddress, partition: int) -> None:
@@ -297,45 +338,117 @@ async def count_with_simple_consumers(
                 per_partition[name] += len(batch.messages)
                 next_offsets[name] = batch.next_offset
 
-        # Each round goes on from where the last stopped, until the brokers' periodic
-        # flush has made everything visible.
-        for _ in range(100):
-            await asyncio.gather(
-                *(one(a, p) for a in cluster.brokers.values() for p in range(partitions))
-            )
-            if sum(per_partition.values()) >= expected:
-                break
-            await asyncio.sleep(0.2)
-    seen = sum(per_partition.values())
-    report.add("simple consumers, one per partition", seen, started, "counting views per page")
+        async with Live("consume", "msg", _counting(seen, expected), enabled=live):
+            # Each round goes on from where the last stopped, until the brokers' periodic
+            # flush has made everything visible.
+            for _ in range(100):
+                await asyncio.gather(
+                    *(one(a, p) for a in cluster.brokers.values() for p in range(partitions))
+                )
+                if seen() >= expected:
+                    break
+                await asyncio.sleep(0.2)
+    report.add("simple consumers, one per partition", seen(), started, "counting views per page")
     return dict(counts), dict(per_partition)
 
 
 # -- stage 3: Spark --------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def spark_session(log_file: Path) -> AsyncIterator[Any]:
+    """A local Spark session (2 cores) whose output goes to ``log_file``; stopped on exit,
+    its running jobs and streaming queries first, each step bounded."""
+    from .spark import local_session
+
+    started = time.perf_counter()
+    spark = await in_daemon_thread(
+        functools.partial(local_session, 2, "aiokafka07-demo", log_file=log_file)
+    )
+    print(f"  (local Spark started in {time.perf_counter() - started:.1f} s)", flush=True)
+    try:
+        yield spark
+    finally:
+
+        def cancel_everything() -> None:
+            for query in spark.streams.active:
+                query.stop()
+            spark.sparkContext.cancelAllJobs()
+
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(in_daemon_thread(cancel_everything), SPARK_STOP_TIMEOUT)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(in_daemon_thread(spark.stop), SPARK_STOP_TIMEOUT)
+        # The data source's own sessions and connections in this (the driver) process:
+        # closed now, while the cluster still answers, rather than at exit.
+        from .spark.runtime import WorkerRuntime
+
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(in_daemon_thread(WorkerRuntime.get().shutdown), 15)
+
+
 def _counts(rows: list[Any]) -> Counts:
     return {row["page"]: int(row["count"]) for row in rows}
 
 
-def spark_stages(
-    spark: Any, cluster: LocalCluster, partitions: int, total_bytes: int, report: Report
+def _spark_tasks(spark: Any) -> Counter:
+    """Completed and total tasks of the stages Spark has run so far."""
+    stages: dict[int, tuple[int, int]] = {}
+
+    def read() -> tuple[int, int | None]:
+        tracker = spark.sparkContext.statusTracker()
+        active = set(tracker.getActiveStageIds())
+        for stage_id, (_, total) in stages.items():
+            if stage_id not in active:
+                stages[stage_id] = (total, total)  # finished since the last look
+        for stage_id in active:
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                stages[stage_id] = (info.numCompletedTasks, info.numTasks)
+        return sum(done for done, _ in stages.values()), sum(t for _, t in stages.values())
+
+    async def counter() -> tuple[int, int | None]:
+        return await in_daemon_thread(read)
+
+    return counter
+
+
+async def spark_stages(
+    spark: Any,
+    cluster: LocalCluster,
+    partitions: int,
+    total_bytes: int,
+    expected: int,
+    report: Report,
+    live: bool,
 ) -> None:
-    """Batch count, streaming count, write of the counts and read-back (blocking)."""
+    """Batch count, streaming count, write of the counts and read-back."""
     from pyspark.sql import functions as F
 
     from .spark import activate
 
-    activate(spark)  # this runs in a worker thread, and writes need an active session
+    def in_spark_thread(function: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        def call() -> Any:
+            activate(spark)  # writes need an active session in the calling thread
+            return function(*args)
+
+        call.__name__ = function.__name__
+        return in_daemon_thread(call)
+
     options = dict(cluster.connection())
     if cluster.zookeeper is None:
         options["partitionsPerBroker"] = str(partitions)
     page = F.split(F.col("value").cast("string"), r"\|").getItem(1).alias("page")
 
+    report.current = "the Spark batch job"
     started = time.perf_counter()
-    views = spark.read.format("kafka07").options(**options).option("topic", TOPIC).load()
-    counts_df = views.select(page).groupBy("page").count()
-    batch_counts = _counts(counts_df.collect())
+
+    def batch_count() -> Counts:
+        views = spark.read.format("kafka07").options(**options).option("topic", TOPIC).load()
+        return _counts(views.select(page).groupBy("page").count().collect())
+
+    async with Live("spark batch", "task", _spark_tasks(spark), enabled=live):
+        batch_counts: Counts = await in_spark_thread(batch_count)
     report.counts["spark batch"] = batch_counts
     report.add(
         "spark batch read + count",
@@ -344,57 +457,78 @@ def spark_stages(
         "(first job: includes starting Spark's Python workers)",
     )
 
+    report.current = "the Spark streaming job"
     started = time.perf_counter()
-    checkpoint = cluster.root / "spark-checkpoint"
-    stream = (
-        spark.readStream.format("kafka07")
-        .options(**options)
-        .option("topic", TOPIC)
-        .option("startingOffsets", "earliest")
-        .option("maxBytesPerTrigger", str(max(1 << 20, total_bytes // 4)))
-    )
-    if cluster.zookeeper is not None:
-        stream = stream.option("group", "spark-pageviews")
-    query = (
-        stream.load()
-        .select(page)
-        .groupBy("page")
-        .count()
-        .writeStream.format("memory")
-        .queryName("stream_counts")
-        .outputMode("complete")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+
+    def start_stream() -> Any:
+        stream = (
+            spark.readStream.format("kafka07")
+            .options(**options)
+            .option("topic", TOPIC)
+            .option("startingOffsets", "earliest")
+            .option("maxBytesPerTrigger", str(max(1 << 20, total_bytes // 4)))
+        )
+        if cluster.zookeeper is not None:
+            stream = stream.option("group", "spark-pageviews")
+        return (
+            stream.load()
+            .select(page)
+            .groupBy("page")
+            .count()
+            .writeStream.format("memory")
+            .queryName("stream_counts")
+            .outputMode("complete")
+            .option("checkpointLocation", str(cluster.root / "spark-checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    query = await in_spark_thread(start_stream)
+
+    async def rows_read() -> tuple[int, int | None]:
+        progress = await in_daemon_thread(lambda: query.recentProgress)
+        return sum(p["numInputRows"] for p in progress), expected
+
+    async with Live("spark streaming", "row", rows_read, enabled=live):
+        await in_daemon_thread(query.awaitTermination)
     micro_batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
-    stream_counts = _counts(spark.sql("select page, count from stream_counts").collect())
+    stream_counts = await in_spark_thread(
+        lambda: _counts(spark.sql("select page, count from stream_counts").collect())
+    )
     report.counts["spark streaming"] = stream_counts
     report.add(
         "spark streaming (availableNow)",
         sum(stream_counts.values()),
         started,
-        f"{micro_batches} micro-batches with data",
+        f"{micro_batches} micro-batch{'' if micro_batches == 1 else 'es'} with data",
     )
 
+    report.current = f"the Spark write to {COUNTS_TOPIC}"
     started = time.perf_counter()
-    counts_df = spark.createDataFrame(sorted(batch_counts.items()), "page string, count long")
-    out = counts_df.select(
-        F.col("page").alias("key"),
-        F.concat_ws(",", F.col("page"), F.col("count").cast("string")).alias("value"),
-    )
-    out.write.format("kafka07").options(**cluster.connection()).option(
-        "topic", COUNTS_TOPIC
-    ).option("compression", "gzip").mode("append").save()
+
+    def write_counts() -> None:
+        counts_df = spark.createDataFrame(sorted(batch_counts.items()), "page string, count long")
+        out = counts_df.select(
+            F.col("page").alias("key"),
+            F.concat_ws(",", F.col("page"), F.col("count").cast("string")).alias("value"),
+        )
+        out.write.format("kafka07").options(**cluster.connection()).option(
+            "topic", COUNTS_TOPIC
+        ).option("compression", "gzip").mode("append").save()
+
+    async with Live("spark write", "task", _spark_tasks(spark), enabled=live):
+        await in_spark_thread(write_counts)
     report.add(f"spark write to {COUNTS_TOPIC}", len(batch_counts), started, "gzip, keyed by page")
 
-    back = spark.read.format("kafka07").options(**options).option("topic", COUNTS_TOPIC).load()
-    written: Counts = {}
-    for row in back.select(F.col("value").cast("string").alias("v")).collect():
-        name, count = row["v"].rsplit(",", 1)
-        written[name] = int(count)
-    report.counts[f"read back from {COUNTS_TOPIC}"] = written
+    def read_back() -> Counts:
+        back = spark.read.format("kafka07").options(**options).option("topic", COUNTS_TOPIC)
+        written: Counts = {}
+        for row in back.load().select(F.col("value").cast("string").alias("v")).collect():
+            name, count = row["v"].rsplit(",", 1)
+            written[name] = int(count)
+        return written
+
+    report.counts[f"read back from {COUNTS_TOPIC}"] = await in_spark_thread(read_back)
 
 
 # -- the report ------------------------------------------------------------------------
@@ -439,70 +573,126 @@ def print_agreement(report: Report, produced: Counts) -> bool:
     return agree
 
 
+# -- the whole pipeline ----------------------------------------------------------------
+
+
+def _spark_missing() -> str | None:
+    """Why the Spark stages cannot run here, or None."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "PySpark is not installed: pip install 'aiokafka07[spark]'"
+    from .testing.zookeeper_server import _java_executable
+
+    if _java_executable() is None:
+        return "Spark needs Java (17 or later), and there is none: apt-get install default-jre"
+    return None
+
+
 async def run(args: argparse.Namespace) -> int:
     if args.messages < 1 or args.partitions < 1 or args.members < 1:
         raise ValueError("--messages, --partitions and --members must be positive")
-    spark_available = not args.no_spark
-    if spark_available:
-        try:
-            import pyspark  # noqa: F401
-        except ImportError:
-            print(
-                "PySpark is not installed: pip install 'aiokafka07[spark]'. Spark stages skipped."
-            )
-            spark_available = False
+    if not args.static:
+        await require_zookeeper(
+            "demo",
+            "the consumer group and its offsets live in ZooKeeper; --static runs without it",
+        )
+    spark_missing = None if args.no_spark else _spark_missing()
+    if spark_missing is not None:
+        print(f"{spark_missing}. Spark stages skipped.", flush=True)
+    live = sys.stderr.isatty()
     report = Report()
-    started_all = time.perf_counter()
-    print(f"aiokafka07 demo: {args.messages:,} page views")
+    root = Path(tempfile.mkdtemp(prefix="aiokafka07-demo-"))
+    started = time.perf_counter()
+    try:
+        agree = await _pipeline(args, root, report, live, spark=spark_missing is None)
+    except _Interrupted:
+        # Everything was stopped on the way out; this is the one line about it.
+        data = f"data kept in {root}" if args.keep else f"{root} removed"
+        print(
+            f"aiokafka07 demo: interrupted during {report.current}: everything it started "
+            f"is stopped, {data}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 130
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    verdict = "all paths agree" if agree else "PATHS DISAGREE"
+    print(f"\n{verdict}; total {time.perf_counter() - started:.1f} s", flush=True)
+    return 0 if agree else 1
+
+
+async def _pipeline(
+    args: argparse.Namespace, root: Path, report: Report, live: bool, *, spark: bool
+) -> bool:
+    print(f"aiokafka07 demo: {args.messages:,} page views", flush=True)
     views = page_views(args.messages)
     produced: Counts = dict(collections.Counter(page_of(v) for _, v in views))
-    async with local_cluster(args.static, args.partitions, args.keep) as cluster:
-        where = f"ZooKeeper {cluster.zookeeper}" if cluster.zookeeper else "static broker list"
-        print(f"  2 brokers ({cluster.broker_list}), {args.partitions} partitions each, {where}")
-        total_bytes = await produce(cluster, views, report)
-        del views
-        if cluster.zookeeper is not None:
-            live, per_partition = await count_with_group(
-                cluster, args.members, args.partitions, args.messages, report
+    async with (
+        local_cluster(
+            root,
+            brokers=2,
+            partitions=args.partitions,
+            zookeeper=not args.static,
+            chroot="/demo",
+            # Visible within 200 ms of a write, without an fsync per batch.
+            settings={
+                "log.flush.interval": "10000",
+                "log.default.flush.scheduler.interval.ms": "200",
+            },
+            topics=[TOPIC],
+        ) as cluster,
+        contextlib.AsyncExitStack() as resources,
+    ):
+        try:
+            where = f"ZooKeeper {cluster.zookeeper}" if cluster.zookeeper else "static broker list"
+            print(
+                f"  2 brokers ({cluster.broker_list}), {args.partitions} partitions each, {where}",
+                flush=True,
             )
-            report.counts["consumer group (live)"] = live
-        else:
-            live, per_partition = await count_with_simple_consumers(
-                cluster, args.partitions, args.messages, report
-            )
-            report.counts["simple consumers (live)"] = live
-        if spark_available:
-            from .spark import local_session
-
-            started = time.perf_counter()
-            spark = await asyncio.to_thread(local_session, 2, "aiokafka07-demo")
-            print(f"  (local Spark started in {time.perf_counter() - started:.1f} s)")
-            try:
-                await asyncio.to_thread(
-                    spark_stages,
-                    spark,
-                    cluster,
-                    args.partitions,
-                    total_bytes,
-                    report,
+            report.current = "the produce stage"
+            total_bytes = await produce(cluster, views, report, live)
+            del views
+            report.current = "the consume stage"
+            if cluster.zookeeper is not None:
+                live_counts, per_partition = await count_with_group(
+                    cluster, args.members, args.partitions, args.messages, report, live
                 )
-            finally:
-                await asyncio.to_thread(spark.stop)
-        ends = await log_ends(cluster, args.partitions)
-        offsets = {}
-        if cluster.zookeeper is not None:
-            for group in ("pageview-counter", "spark-pageviews"):
-                offsets[group] = await group_offsets(cluster, group)
-        agree = print_agreement(report, produced)
-        print("\nwhere the data went (topic pageviews):")
-        print(f"  {'broker-partition':<18}{'messages':>10}{'log end (bytes)':>18}")
-        for name in sorted(ends):
-            print(f"  {name:<18}{per_partition.get(name, 0):>10,}{ends[name]:>18,}")
-        print(f"  {'total':<18}{sum(per_partition.values()):>10,}{sum(ends.values()):>18,}")
-        for group, committed in offsets.items():
-            lag = sum(ends[n] - committed.get(n, 0) for n in ends)
-            print(f"  group {group}: offsets in ZooKeeper, lag {lag:,} bytes")
-        print(f"  logs in {cluster.root} (removed at exit unless --keep)")
-    verdict = "all paths agree" if agree else "PATHS DISAGREE"
-    print(f"\n{verdict}; total {time.perf_counter() - started_all:.1f} s")
-    return 0 if agree else 1
+                report.counts["consumer group (live)"] = live_counts
+            else:
+                live_counts, per_partition = await count_with_simple_consumers(
+                    cluster, args.partitions, args.messages, report, live
+                )
+                report.counts["simple consumers (live)"] = live_counts
+            if spark:
+                report.current = "Spark's start"
+                session = await resources.enter_async_context(spark_session(root / "spark.log"))
+                await spark_stages(
+                    session, cluster, args.partitions, total_bytes, args.messages, report, live
+                )
+                await resources.aclose()  # Spark stopped before the report
+            report.current = "the report"
+            ends = await log_ends(cluster, args.partitions)
+            offsets = {}
+            if cluster.zookeeper is not None:
+                for group in ("pageview-counter", "spark-pageviews"):
+                    offsets[group] = await group_offsets(cluster, group)
+        except asyncio.CancelledError:
+            # Ctrl-C / SIGTERM: acknowledged here, so that stopping Spark and the cluster
+            # on the way out runs (with its own time bounds) as any clean-up does.
+            stop_acknowledged()
+            raise _Interrupted from None
+    agree = print_agreement(report, produced)
+    print("\nwhere the data went (topic pageviews):")
+    print(f"  {'broker-partition':<18}{'messages':>10}{'log end (bytes)':>18}")
+    for name in sorted(ends):
+        print(f"  {name:<18}{per_partition.get(name, 0):>10,}{ends[name]:>18,}")
+    print(f"  {'total':<18}{sum(per_partition.values()):>10,}{sum(ends.values()):>18,}")
+    for group, committed in offsets.items():
+        lag = sum(ends[n] - committed.get(n, 0) for n in ends)
+        print(f"  group {group}: offsets in ZooKeeper, lag {lag:,} bytes")
+    kept = f"kept in {root}" if args.keep else f"in {root}, removed at exit (--keep keeps them)"
+    print(f"  logs {kept}", flush=True)
+    return agree

@@ -29,6 +29,13 @@ __all__ = ["ZooKeeper", "parse_connect_string"]
 
 log = logging.getLogger("aiokafka07.zookeeper")
 
+# aiozk logs a traceback for every failed connection attempt, and while nothing is
+# configured, logging's last resort prints such records to stderr. This module is the one
+# that runs aiozk, so aiozk's records keep our manners: printed nowhere until the
+# application configures logging. They still propagate to the application's handlers
+# then, and a handler or level the application sets on "aiozk" is left as it is.
+logging.getLogger("aiozk").addHandler(logging.NullHandler())
+
 SessionListener = Callable[[], Awaitable[None]]
 WatchCallback = Callable[[str], None]
 

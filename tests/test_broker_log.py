@@ -642,7 +642,9 @@ def test_manager_partition_checks(tmp_path: Path, clock: Clock) -> None:
             manager.get_log("three", partition)
         with pytest.raises(InvalidPartitionError):
             manager.get_or_create_log("three", partition)
-    with pytest.raises(InvalidPartitionError):
+    with pytest.raises(InvalidPartitionError, match=r"valid partitions are 0\.\.2$"):
+        manager.get_log("three", 3)
+    with pytest.raises(InvalidPartitionError, match=r"the only valid partition is 0$"):
         manager.get_log("other", 1)
     with pytest.raises(InvalidTopicError):
         manager.get_log("", 0)

@@ -50,7 +50,8 @@ async def test_standalone_broker_serves_and_stops_on_sigterm(tmp_path: Path) -> 
     await conn.close()
     code, out, err = await finish(proc, signal.SIGTERM)
     assert code == 0, err
-    assert "broker 0 stopped" in out
+    assert "broker 0 stopped" in err  # once, logged: not also printed
+    assert "stopped" not in out
     assert "Traceback" not in err
     # The clean stop flushed: the message is on disk and served after a restart.
     proc, port = await start("--no-zookeeper", "--port", "0", "--log-dir", str(tmp_path))
@@ -74,21 +75,26 @@ async def test_broker_registers_in_zookeeper(tmp_path: Path, zookeeper: str) -> 
         assert not await zk.exists("/brokers/ids/3")
 
 
-async def run_failing(*args: str) -> str:
+async def run_failing(*args: str, status: int = 1) -> str:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aiokafka07", "broker", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 1
+    assert proc.returncode == status
     text = err.decode()
     assert "Traceback" not in text
+    # A broker that did not start did not crash either: the error line says what happened.
+    assert "crashed" not in text
+    assert text.splitlines()[-1].startswith("aiokafka07 broker: error: ")
     return text
 
 
 async def test_bad_arguments_give_one_clear_error(tmp_path: Path) -> None:
-    assert "--log-dir (log.dir) is required" in await run_failing("--no-zookeeper")
-    assert "--zookeeper (zk.connect) is required" in await run_failing("--log-dir", str(tmp_path))
+    assert "--log-dir (log.dir) is required" in await run_failing("--no-zookeeper", status=2)
+    assert "--zookeeper (zk.connect) is required" in await run_failing(
+        "--log-dir", str(tmp_path), status=2
+    )
     assert "unknown broker config key 'no.such.key'" in await run_failing(
         "--no-zookeeper", "--log-dir", str(tmp_path), "--set", "no.such.key=1"
     )
@@ -96,6 +102,17 @@ async def test_bad_arguments_give_one_clear_error(tmp_path: Path) -> None:
         "--zookeeper", "127.0.0.1:1", "--log-dir", str(tmp_path),
         "--set", "zk.connectiontimeout.ms=500",
     )  # fmt: skip
+
+
+async def test_a_port_in_use_is_one_error_line(tmp_path: Path) -> None:
+    proc, port = await start("--no-zookeeper", "--port", "0", "--log-dir", str(tmp_path / "a"))
+    try:
+        text = await run_failing(
+            "--no-zookeeper", "--port", str(port), "--log-dir", str(tmp_path / "b")
+        )
+        assert "address already in use" in text
+    finally:
+        await finish(proc, signal.SIGTERM)
 
 
 def test_keys_a_0_7_2_broker_accepts_without_reading_are_ignored(

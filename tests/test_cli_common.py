@@ -95,21 +95,24 @@ async def test_help_lists_every_command_and_each_command_has_help() -> None:
         assert out.decode().startswith(f"usage: aiokafka07 {name}"), out
 
 
-async def test_bad_arguments_exit_2_or_1_with_one_line(tmp_path: Path) -> None:
+async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path) -> None:
     code, _, err = await run_cli("no-such-command")
     assert code == 2
     assert "invalid choice: 'no-such-command'" in err
     zk = ["--zookeeper", "127.0.0.1:2181"]
     checks = [
+        # Bad arguments, whether argparse or the command finds them: usage, one error, 2.
         fails("produce", status=2),  # no topic
         fails("offsets", "t", *zk, "--time", "yesterday", status=2),
-        fails("produce", "t"),  # no cluster
-        fails("produce", "t", "--brokers", "127.0.0.1:notaport"),
-        fails("consume", "t", "--whitelist", "x", *zk),  # topic and whitelist
-        fails("consume", "t", "--simple", "--group", "g", *zk),
-        fails("groups", "describe", *zk),  # no group
+        fails("produce", "t", status=2),  # no cluster
+        fails("produce", "t", "--brokers", "127.0.0.1:notaport", status=2),
+        fails("consume", "t", "--whitelist", "x", *zk, status=2),  # topic and whitelist
+        fails("consume", "t", "--simple", "--group", "g", *zk, status=2),
+        fails("groups", "describe", *zk, status=2),  # no group
+        fails("mirror", "t", "--source-zookeeper", "127.0.0.1:2181", status=2),  # no target
+        fails("consume", status=2),  # nothing at all
+        # Everything else: one line, 1.
         fails("import-offsets", "g", str(tmp_path / "missing.json"), *zk),
-        fails("mirror", "t", "--source-zookeeper", "127.0.0.1:2181"),  # no target
         fails("dump-log", str(tmp_path / "missing")),
         fails("produce", "bad/topic", "--brokers", "127.0.0.1:9092", stdin=b"x\n"),
     ]
@@ -121,10 +124,12 @@ async def test_bad_arguments_exit_2_or_1_with_one_line(tmp_path: Path) -> None:
     assert "give a TOPIC, a --whitelist or a --blacklist" in errors[4]
     assert "need group mode" in errors[5]
     assert "describe needs a GROUP" in errors[6]
-    assert "No such file or directory" in errors[7]
-    assert "give --target-zookeeper or --target-brokers" in errors[8]
-    assert "no such file or directory" in errors[9]
-    assert "bad/topic" in errors[10]
+    assert "give --target-zookeeper or --target-brokers" in errors[7]
+    assert "give --zookeeper (or --brokers for --simple)" in errors[8]
+    assert all(error.startswith("usage: aiokafka07 ") for error in errors[:9])
+    assert "No such file or directory" in errors[9]
+    assert "no such file or directory" in errors[10]
+    assert "bad/topic" in errors[11]
 
 
 async def test_unreachable_servers_fail_fast_with_one_line(tmp_path: Path) -> None:
@@ -196,3 +201,14 @@ async def test_ctrl_c_on_waiting_input_exits_130_without_traceback() -> None:
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("produced 0 messages (0 B) in ")
     assert err.strip().endswith(" to t (interrupted)")
+
+
+def test_the_summary_counts_in_words_and_shows_slow_rates() -> None:
+    from aiokafka07.tools.common import Progress
+
+    progress = Progress("consumed", enabled=False)
+    progress.add(1, 2)
+    progress.started = time.monotonic() - 4.29
+    assert re.fullmatch(
+        r"consumed 1 message \(2 B\) in 4\.\d\d s: 0\.2\d msg/s, 0 B/s", progress.summary()
+    ), progress.summary()

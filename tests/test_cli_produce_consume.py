@@ -291,3 +291,30 @@ async def test_simple_mode_static_brokers_and_broken_pipe(
         assert "Traceback" not in err.decode()
         assert "BrokenPipe" not in err.decode()
         assert err.decode().strip().endswith("status 0")
+
+
+async def test_consuming_what_is_not_there_says_why_once(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    async with kafka_cluster(1):
+        wrong_chroot = f"{zookeeper}-wrong"
+        cases = [
+            (("nothere", "-z", zookeeper), "topic nothere has no partitions"),
+            (("--whitelist", "zz.*", "-z", zookeeper), "no registered topic is selected by"),
+            (("nothere", "-z", wrong_chroot), f"no broker is registered at {wrong_chroot}"),
+        ]
+        results = await asyncio.gather(
+            *(run_cli("consume", *args, "--timeout-ms", "500") for args, _ in cases)
+        )
+        for (_, reason), (code, out, err) in zip(cases, results, strict=True):
+            assert code == 0, err
+            assert out == b""
+            lines = err.splitlines()
+            assert len(lines) == 2, err
+            assert lines[0].startswith(f"aiokafka07 consume: warning: {reason}"), err
+            assert lines[0].endswith("; waiting"), err
+            assert lines[1].startswith("consumed 0 messages (0 B) in "), err
+        # Simple mode has nothing to wait for: the same reason, as the error.
+        code, _, err = await run_cli("consume", "nothere", "--simple", "-z", wrong_chroot)
+        assert code == 1
+        assert f"error: no broker is registered at {wrong_chroot}" in err

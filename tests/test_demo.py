@@ -1,17 +1,27 @@
-"""``aiokafka07 demo``, the README's main job, as a user runs it (small sizes)."""
+"""``aiokafka07 demo``, the README's main job, as a user runs it (small sizes).
+
+The full pipeline (ZooKeeper, a consumer group, Spark), static mode, what happens on a
+machine without ZooKeeper (installed when the demo may, else one line saying what to
+run), and one Ctrl-C at the terminal during the produce stage and during Spark.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from aiokafka07.testing import ensure_zookeeper_installed
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def demo(*args: str) -> list[str]:
+def demo(*args: str) -> tuple[list[str], str]:
     result = subprocess.run(
         [sys.executable, "-m", "aiokafka07", "demo", *args],
         capture_output=True,
@@ -20,15 +30,19 @@ def demo(*args: str) -> list[str]:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    return result.stdout.splitlines()
+    return result.stdout.splitlines(), result.stderr
 
 
+@pytest.mark.usefixtures("zookeeper_installed")
 def test_demo_pipeline_counts_agree_on_every_path() -> None:
     pytest.importorskip("pyspark")
-    ensure_zookeeper_installed()
-    lines = demo("--messages", "20000", "--members", "2")
+    lines, err = demo("--messages", "20000", "--members", "2")
+    # Nothing but the report: no Spark banner or WARN lines, no progress bars (not a
+    # terminal here), nothing on stderr.
+    assert err == ""
     text = "\n".join(lines)
+    assert "WARN" not in text
+    assert "log level" not in text
     for path in ("consumer group (live)", "spark batch", "spark streaming", "read back from"):
         assert re.search(rf"{re.escape(path)}.* 20,000 views  ok", text), path
     assert re.search(r"consumer group, 2 members: 20,000 in", text)
@@ -43,8 +57,134 @@ def test_demo_pipeline_counts_agree_on_every_path() -> None:
 
 
 def test_demo_static_mode_without_spark() -> None:
-    lines = demo("--messages", "5000", "--static", "--no-spark")
+    lines, err = demo("--messages", "5000", "--static", "--no-spark")
+    assert err == ""
     text = "\n".join(lines)
     assert "static broker list" in text
     assert re.search(r"simple consumers \(live\).* 5,000 views  ok", text)
     assert lines[-1].startswith("all paths agree")
+
+
+# -- a machine without ZooKeeper -----------------------------------------------------------
+
+# Runs the demo where ZooKeeper looks missing (no jars where Debian puts them), as a user
+# whose id is EUID, with an apt-get on PATH that only records that it was called.
+WITHOUT_ZOOKEEPER = """
+import os, sys
+from pathlib import Path
+from aiokafka07.testing import zookeeper_server
+zookeeper_server.JAVA_DIR = Path(sys.argv[1])
+os.geteuid = lambda: int(sys.argv[2])
+from aiokafka07.cli import main
+sys.exit(main(["demo", "--messages", "10"]))
+"""
+
+
+def demo_without_zookeeper(
+    tmp_path: Path, euid: int
+) -> tuple[subprocess.CompletedProcess[str], bool]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    called = tmp_path / "apt-get-called"
+    (bin_dir / "apt-get").write_text(f'#!/bin/sh\necho "$@" >> {called}\nexit 1\n')
+    (bin_dir / "apt-get").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ZOOKEEPER, str(tmp_path / "no-jars"), str(euid)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    return result, called.exists()
+
+
+def test_without_zookeeper_and_not_root_one_line_says_what_to_run(tmp_path: Path) -> None:
+    result, apt_get_called = demo_without_zookeeper(tmp_path, euid=1000)
+    assert not apt_get_called
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("aiokafka07 demo: error: ZooKeeper is not installed (")
+    assert "sudo apt-get install -y zookeeper" in line  # what to run
+    assert "consumer group" in line  # and why
+    assert "--static" in line  # or how to do without
+
+
+@pytest.mark.skipif(
+    not Path("/etc/debian_version").exists(), reason="the demo installs only on Debian"
+)
+def test_without_zookeeper_as_root_the_demo_installs_it_saying_so(tmp_path: Path) -> None:
+    result, apt_get_called = demo_without_zookeeper(tmp_path, euid=0)
+    assert apt_get_called
+    assert result.stdout.startswith(
+        "aiokafka07 demo: installing Debian's zookeeper package with apt-get ("
+    )
+    assert result.returncode == 1  # our stand-in apt-get fails, and that is reported
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("aiokafka07 demo: error: apt-get ")
+    assert "failed with exit code 1" in line
+
+
+# -- one Ctrl-C ------------------------------------------------------------------------------
+
+
+async def ctrl_c_during(marker: str, *args: str) -> tuple[int, str, str, float]:
+    """Run the demo as a terminal's foreground job, send SIGINT to its process group when
+    ``marker`` appears on stdout: (status, stdout, stderr, seconds from SIGINT to exit)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiokafka07", "demo", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,  # a process group of its own, as a shell job
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stderr is not None
+    seen: list[str] = []
+    try:
+        while marker not in (seen[-1] if seen else ""):
+            line = await asyncio.wait_for(process.stdout.readline(), 300)
+            assert line, "\n".join(seen)
+            seen.append(line.decode())
+        await asyncio.sleep(1.0)  # well inside the stage
+        sent = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, "".join(seen) + out.decode(), err.decode(), time.monotonic() - sent
+
+
+def demo_directory(out: str) -> Path:
+    """The data directory, from the interrupted line."""
+    match = re.search(r"(/\S+aiokafka07-demo-\w+) removed", out)
+    assert match, out
+    return Path(match[1])
+
+
+@pytest.mark.usefixtures("zookeeper_installed")
+async def test_one_ctrl_c_during_produce_stops_everything_with_one_line() -> None:
+    status, out, err, seconds = await ctrl_c_during("  2 brokers (", "--messages", "1000000")
+    assert status == 130, out + err
+    (line,) = err.splitlines()
+    assert line.startswith("aiokafka07 demo: interrupted during the produce stage: ")
+    assert line.endswith(" removed")
+    assert not demo_directory(line).exists()
+    assert "not delivered" not in out + err
+    assert seconds < 10, seconds  # under 2 s here; the margin is for a loaded machine
+
+
+@pytest.mark.usefixtures("zookeeper_installed")
+async def test_one_ctrl_c_during_spark_stops_everything_with_one_line() -> None:
+    pytest.importorskip("pyspark")
+    status, out, err, seconds = await ctrl_c_during(
+        "(local Spark started", "--messages", "100000", "--members", "2"
+    )
+    assert status == 130, out + err
+    (line,) = err.splitlines()
+    assert line.startswith("aiokafka07 demo: interrupted during the Spark batch job: ")
+    assert not demo_directory(line).exists()
+    assert seconds < 10, seconds  # under 2 s here; the margin is for a loaded machine

@@ -2,7 +2,8 @@
 
 Examples run as a user runs them (``python examples/<name>.py``, no arguments), against
 this checkout. All but the codec tour start a local cluster with a real ZooKeeper, so
-ZooKeeper is installed first where the test fixtures would install it.
+they need the ``zookeeper_installed`` fixture; the Spark one is skipped, as every Spark
+test is, when the ``spark`` extra is not installed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from aiokafka07.partitioner import default_partition, java_hash_code
-from aiokafka07.testing import ensure_zookeeper_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 # ``_local.py`` and other ``_`` modules are helpers shared by the examples.
@@ -192,6 +192,8 @@ CHECKS = {
     "worker.py": check_worker,
 }
 NO_ZOOKEEPER = {"codec_tour.py"}
+#: Examples that need an optional extra, by the module that extra brings.
+NEEDS = {"spark_pipeline.py": "pyspark"}
 
 
 def test_every_example_is_checked() -> None:
@@ -199,9 +201,11 @@ def test_every_example_is_checked() -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
-def test_example(example: Path) -> None:
+def test_example(example: Path, request: pytest.FixtureRequest) -> None:
+    if example.name in NEEDS:
+        pytest.importorskip(NEEDS[example.name], reason="the spark extra is not installed")
     if example.name not in NO_ZOOKEEPER:
-        ensure_zookeeper_installed()
+        request.getfixturevalue("zookeeper_installed")
     # The checkout under test comes first, whatever else is installed.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     result = subprocess.run(

@@ -198,6 +198,10 @@ assert top.level == logging.NOTSET and top.propagate
 for name, logger in logging.root.manager.loggerDict.items():
     if name.startswith("aiokafka07.") and isinstance(logger, logging.Logger):
         assert logger.handlers == [] and logger.level == logging.NOTSET, name
+# aiozk, which the library runs, gets a NullHandler and nothing else.
+aiozk = logging.getLogger("aiozk")
+assert [type(h) for h in aiozk.handlers] == [logging.NullHandler], aiozk.handlers
+assert aiozk.level == logging.NOTSET and aiozk.propagate
 print("ok")
 """
     result = subprocess.run(
@@ -225,6 +229,9 @@ def test_loggers_are_named_for_the_package_and_nothing_configures_logging() -> N
             if node.func.attr == "getLogger":
                 (arg,) = node.args
                 assert isinstance(arg, ast.Constant), f"{where}: name the logger literally"
+                if arg.value == "aiozk":  # the one third-party logger: see zookeeper.py
+                    assert path.name == "zookeeper.py", where
+                    continue
                 assert arg.value == "aiokafka07" or arg.value.startswith("aiokafka07."), where
                 names.add(arg.value)
             assert node.func.attr not in ("basicConfig", "dictConfig", "fileConfig"), where
@@ -243,3 +250,60 @@ def test_loggers_are_named_for_the_package_and_nothing_configures_logging() -> N
         "aiokafka07.simple",
         "aiokafka07.zookeeper",
     } <= names
+
+
+# A ZooKeeper nobody listens on: aiozk logs a traceback for every connection attempt.
+UNREACHABLE = """
+import asyncio, logging, sys
+from aiokafka07.errors import ZooKeeperError
+from aiokafka07.zookeeper import ZooKeeper
+
+SETUP
+
+async def main():
+    for _ in range(2):
+        try:
+            await ZooKeeper("127.0.0.1:1", connection_timeout_ms=1000).start()
+        except ZooKeeperError as exc:
+            print("typed:", type(exc).__name__)
+
+asyncio.run(main())
+"""
+
+
+def _unreachable(setup: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", UNREACHABLE.replace("SETUP", setup)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("setup", "where"),
+    [
+        ("", None),  # nothing configured: nothing printed, aiozk's tracebacks included
+        ("logging.basicConfig()", "stderr"),  # the application's root handler gets them
+        (  # an application that routes aiozk's records itself keeps doing so
+            "logging.getLogger('aiozk').addHandler(logging.StreamHandler(sys.stdout))\n"
+            "logging.getLogger('aiozk').propagate = False",
+            "stdout",
+        ),
+    ],
+    ids=["unconfigured", "basicConfig", "own-aiozk-handler"],
+)
+def test_the_library_prints_nothing_until_the_application_configures_logging(
+    setup: str, where: str | None
+) -> None:
+    result = _unreachable(setup)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("typed: ZooKeeperError") == 2
+    if where is None:
+        assert result.stderr == ""
+        return
+    shown = result.stderr if where == "stderr" else result.stdout
+    assert "Couldn't connect to 127.0.0.1:1" in shown
+    assert "Couldn't connect" not in (result.stdout if where == "stderr" else result.stderr)

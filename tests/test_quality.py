@@ -36,6 +36,28 @@ def test_mypy_strict() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_mypy_strict_without_pyspark(tmp_path: Path) -> None:
+    """PySpark is an optional extra, so the types must check without it as well: mypy
+    runs against an interpreter that sees every installed package but pyspark."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    theirs = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
+    # Every site directory of this interpreter (a venv's and, with system site packages,
+    # the system's), in path order: the first of two same-named entries is the one used.
+    ours = [Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    for directory in ours:
+        for entry in directory.iterdir():
+            link = theirs / entry.name
+            if not entry.name.startswith("pyspark") and not link.exists():
+                link.symlink_to(entry)
+    hidden = subprocess.run([str(python), "-c", "import pyspark"], capture_output=True)
+    assert hidden.returncode != 0
+    result = run("mypy", "--python-executable", str(python), "--cache-dir", str(tmp_path / "c"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_c_accelerator_is_active_where_it_can_be_built() -> None:
     if os.environ.get("AIOKAFKA07_PURE", "") not in ("", "0"):
         pytest.skip("AIOKAFKA07_PURE forces the pure-Python codec")

@@ -27,12 +27,13 @@ from aiokafka07.testing.zookeeper_server import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every test here starts a real server: ZooKeeper must be there (installed if opted in).
+pytestmark = pytest.mark.usefixtures("zookeeper_installed")
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ZooKeeperServer]:
+def server(zookeeper_installed: str) -> Iterator[ZooKeeperServer]:
     """One server for the tests that only need a running ZooKeeper."""
-    ensure_zookeeper_installed()
     with ZooKeeperServer() as zk:
         yield zk
 
@@ -271,8 +272,9 @@ def test_server_dying_at_startup_reports_its_log(tmp_path: Path) -> None:
     zk.close()
 
 
-def test_ensure_zookeeper_installed_returns_the_classpath() -> None:
-    classpath = ensure_zookeeper_installed()
+def test_ensure_zookeeper_installed_returns_the_classpath(zookeeper_installed: str) -> None:
+    classpath = ensure_zookeeper_installed(install=False)
+    assert classpath == zookeeper_installed
     assert classpath == zookeeper_classpath()
     entries = classpath.split(os.pathsep)
     assert entries[0] == "/usr/share/java/zookeeper.jar"

@@ -710,6 +710,11 @@ def _count_while(segments: Iterable[_Segment], predicate: Callable[[_Segment], b
     return count
 
 
+def valid_partitions(count: int) -> str:
+    """``valid partitions are 0..3``, or ``the only valid partition is 0``."""
+    return "the only valid partition is 0" if count == 1 else f"valid partitions are 0..{count - 1}"
+
+
 class LogManager:
     """All partition logs under one ``log.dir``.
 
@@ -756,7 +761,7 @@ class LogManager:
         count = self._partitions_for(topic)
         if partition < 0 or partition >= count:
             raise InvalidPartitionError(
-                f"wrong partition {partition} of topic {topic!r}, valid partitions (0, {count - 1})"
+                f"wrong partition {partition} of topic {topic!r}: {valid_partitions(count)}"
             )
 
     def get_log(self, topic: str, partition: int) -> Log | None:

@@ -47,7 +47,7 @@ from ..protocol import (
 from ..znodes import register_broker, register_topic
 from ..zookeeper import ZooKeeper
 from .config import BrokerConfig
-from .log import Log, LogManager
+from .log import Log, LogManager, valid_partitions
 
 __all__ = ["Broker"]
 
@@ -146,7 +146,8 @@ class Broker:
                 await self._register_everything()
                 self._tasks.append(asyncio.create_task(self._topic_registrar()))
         except BaseException:
-            await self._shutdown(clean=False)
+            # Not a crash: the caller gets the exception, and reports it.
+            await self._shutdown(clean=False, outcome="did not start")
             raise
         self._tasks.append(asyncio.create_task(self._flusher()))
         self._tasks.append(asyncio.create_task(self._retention()))
@@ -168,7 +169,7 @@ class Broker:
         flushed, the ZooKeeper session closed without deleting anything first."""
         await self._shutdown(clean=False)
 
-    async def _shutdown(self, *, clean: bool) -> None:
+    async def _shutdown(self, *, clean: bool, outcome: str | None = None) -> None:
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -204,7 +205,10 @@ class Broker:
             else:
                 self.logs.abandon()
             self.logs = None
-        log.info("broker %d %s", self.broker_id, "stopped" if clean else "crashed")
+        if outcome is None:
+            log.info("broker %d %s", self.broker_id, "stopped" if clean else "crashed")
+        else:
+            log.debug("broker %d %s", self.broker_id, outcome)
 
     # -- ZooKeeper registration (ZOOKEEPER §2) ------------------------------------------
 
@@ -381,7 +385,9 @@ class Broker:
         if partition == -1:
             partition = self.rng.randrange(count)
         if not 0 <= partition < count:
-            raise _Close(f"wrong partition {partition}, valid partitions 0..{count - 1}")
+            raise _Close(
+                f"wrong partition {partition} of topic {topic!r}: {valid_partitions(count)}"
+            )
         data = request.message_set
         valid_bytes, messages = self._validate(data)
         if valid_bytes < 0:

@@ -23,9 +23,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "aiokafka07.spark needs PySpark >= 4.0 and pyarrow: pip install 'aiokafka07[spark]'"
     ) from exc
 
+import contextlib
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .options import OptionError
@@ -49,16 +51,30 @@ def register(spark: Any) -> None:
 
 
 def local_session(
-    cores: int = 2, app_name: str = "aiokafka07", conf: Mapping[str, str] | None = None
+    cores: int = 2,
+    app_name: str = "aiokafka07",
+    conf: Mapping[str, str] | None = None,
+    *,
+    log_file: str | Path | None = None,
 ) -> Any:
     """A local SparkSession bound to loopback, its Python workers on this interpreter,
-    the UI and progress bars off and ``kafka07`` registered; ``conf`` adds settings."""
+    the UI and progress bars off and ``kafka07`` registered; ``conf`` adds settings.
+
+    When this starts Spark's JVM (the first session of the process), the JVM and the
+    Python workers it forks run in a session of their own, so a Ctrl-C at the terminal
+    reaches only this program, which decides what to stop; with ``log_file``, their
+    output (Spark's banner, its WARN lines, worker tracebacks) is appended there instead
+    of the terminal.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
     settings = {
+        "spark.master": f"local[{cores}]",
+        "spark.app.name": app_name,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
@@ -66,6 +82,16 @@ def local_session(
         "spark.sql.shuffle.partitions": str(cores),
         **(conf or {}),
     }
+    if SparkContext._gateway is None:  # no JVM yet: start it our way
+        popen: dict[str, Any] = {"start_new_session": True}
+        with contextlib.ExitStack() as files:
+            if log_file is not None:
+                output = files.enter_context(open(log_file, "ab"))
+                popen.update(stdout=output, stderr=output)
+            jvm_conf = SparkConf().setAll(list(settings.items()))
+            gateway = launch_gateway(jvm_conf, popen)  # type: ignore[no-untyped-call, unused-ignore]
+            SparkContext._ensure_initialized(gateway=gateway)
+    builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -48,13 +48,18 @@ class WorkerRuntime:
     def get(cls) -> WorkerRuntime:
         """This process's runtime, started on first use."""
         runtime = cls._instance
-        if runtime is None or runtime.pid != os.getpid():
+        if runtime is None or not runtime.usable:
             with cls._lock:
                 runtime = cls._instance
-                if runtime is None or runtime.pid != os.getpid():
+                if runtime is None or not runtime.usable:
                     runtime = cls._instance = WorkerRuntime()
                     atexit.register(runtime.shutdown)
         return runtime
+
+    @property
+    def usable(self) -> bool:
+        """Whether this is the runtime of this process and has not been shut down."""
+        return self.pid == os.getpid() and self._thread.is_alive()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and return its result (or raise its exception)."""
@@ -112,8 +117,9 @@ class WorkerRuntime:
         return cluster
 
     def shutdown(self) -> None:
-        """Close sessions and connections and stop the loop (at process exit)."""
-        if self.pid != os.getpid() or self.loop.is_closed():
+        """Close sessions and connections and stop the loop (at process exit, or earlier
+        by a driver that stops its cluster first). Once is enough: later calls return."""
+        if not self.usable or self.loop.is_closed():
             return
 
         async def close_all() -> None:

@@ -36,9 +36,9 @@ try:  # PySpark >= 4.2: read limits and Trigger.AvailableNow
     from pyspark.sql.streaming import datasource as _limits
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - older PySpark
-    _limits = None  # type: ignore[assignment]
+    _limits = None  # type: ignore[assignment, unused-ignore]
 
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef, unused-ignore]
         """Stand-in base class where PySpark has no AvailableNow support."""
 
 

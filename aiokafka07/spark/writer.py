@@ -37,7 +37,7 @@ try:  # PySpark >= 4.1 hands streaming writers Arrow batches too
 
     _STREAM_ARROW = True
 except ImportError:  # pragma: no cover - PySpark 4.0
-    from pyspark.sql.datasource import (  # type: ignore[assignment]
+    from pyspark.sql.datasource import (  # type: ignore[assignment, unused-ignore]
         DataSourceStreamWriter as _StreamWriterBase,
     )
 

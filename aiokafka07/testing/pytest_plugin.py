@@ -1,8 +1,13 @@
 """pytest fixtures for code that talks to Kafka 0.7 (loaded automatically by pytest).
 
-* ``zookeeper_server`` (session): one real ZooKeeper server from Debian's ``zookeeper``
-  package on a free loopback port with its own data directory; installed with apt-get
-  first when missing and running as root.
+* ``zookeeper_installed`` (session): the classpath of Debian's ``zookeeper`` package. When
+  it is missing, the fixture fails with what to run; it installs the package with apt-get
+  itself (as root on Debian) only when the project opts in, with
+  ``aiokafka07_install_zookeeper = true`` in its pytest configuration or
+  ``--aiokafka07-install-zookeeper`` on the command line. The plugin is loaded in every
+  project that installs aiokafka07, so it never touches the machine unasked.
+* ``zookeeper_server`` (session): one real ZooKeeper server from that package on a free
+  loopback port with its own data directory.
 * ``zookeeper`` (test): a connect string with a fresh chroot on that server, so every
   test sees an empty ZooKeeper.
 * ``kafka_cluster`` (test): a factory of :class:`~aiokafka07.testing.KafkaCluster` on
@@ -22,17 +27,48 @@ from typing import Any
 import pytest
 
 from .cluster import KafkaCluster
-from .zookeeper_server import ZooKeeperServer, ensure_zookeeper_installed
+from .zookeeper_server import ZooKeeperNotInstalled, ZooKeeperServer, ensure_zookeeper_installed
 
-__all__ = ["kafka_cluster", "zookeeper", "zookeeper_server"]
+__all__ = ["kafka_cluster", "zookeeper", "zookeeper_installed", "zookeeper_server"]
 
 _chroots = itertools.count()
 
+INSTALL_OPTION = "--aiokafka07-install-zookeeper"
+INSTALL_INI = "aiokafka07_install_zookeeper"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    help_ = (
+        "let aiokafka07's fixtures install Debian's zookeeper package with apt-get when it "
+        "is missing (as root on Debian only)"
+    )
+    parser.addoption(INSTALL_OPTION, action="store_true", default=False, help=help_)
+    parser.addini(INSTALL_INI, help_, type="bool", default=False)
+
+
+def install_opted_in(config: pytest.Config) -> bool:
+    """Whether the project (ini) or the command line allowed installing ZooKeeper."""
+    return bool(config.getoption(INSTALL_OPTION) or config.getini(INSTALL_INI))
+
 
 @pytest.fixture(scope="session")
-def zookeeper_server() -> Iterator[ZooKeeperServer]:
+def zookeeper_installed(pytestconfig: pytest.Config) -> str:
+    """The classpath of Debian's zookeeper package; installed first only if opted in."""
+    install = install_opted_in(pytestconfig)
+    try:
+        return ensure_zookeeper_installed(install=install)
+    except ZooKeeperNotInstalled as exc:
+        if install:
+            raise
+        raise ZooKeeperNotInstalled(
+            f"{exc} Or let the fixtures install it (as root): {INSTALL_OPTION}, or "
+            f"{INSTALL_INI} = true in the pytest configuration."
+        ) from None
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(zookeeper_installed: str) -> Iterator[ZooKeeperServer]:
     """A real ZooKeeper server shared by the test session."""
-    ensure_zookeeper_installed()
     with ZooKeeperServer() as server:
         yield server
 

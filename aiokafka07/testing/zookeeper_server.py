@@ -9,7 +9,9 @@ rather than a fake: Debian's ``zookeeper`` package (3.8) run as a standalone
   synchronously, so it works from a pytest session fixture and from a plain script.
 - :func:`expire_session` expires a live client session on demand, the way Curator's
   ``KillSession`` does, to test what a client does when ZooKeeper drops it.
-- :func:`ensure_zookeeper_installed` installs the package on a fresh Debian-like CI box.
+- :func:`ensure_zookeeper_installed` checks for the package, and installs it with apt-get
+  on a fresh Debian-like box when run as root (only when called: nothing here installs
+  anything on its own, and the pytest fixtures do so only when the project opts in).
 
 Every wait is bounded, and a started server never outlives the Python process that started
 it: besides ``stop()``, an exit-time finalizer kills it, and a tiny watchdog process kills it
@@ -39,6 +41,7 @@ __all__ = [
     "ZooKeeperNotInstalled",
     "ZooKeeperServer",
     "ZooKeeperStartError",
+    "can_install_zookeeper",
     "ensure_zookeeper_installed",
     "expire_session",
     "zookeeper_classpath",
@@ -187,12 +190,24 @@ def _output_tail(output: str, lines: int = 30) -> str:
     return "\n".join(output.splitlines()[-lines:])
 
 
-def ensure_zookeeper_installed() -> str:
+def can_install_zookeeper() -> bool:
+    """Whether :func:`ensure_zookeeper_installed` could install the package here: root on
+    a Debian-like system with apt-get."""
+    return (
+        hasattr(os, "geteuid")
+        and os.geteuid() == 0
+        and shutil.which("apt-get") is not None
+        and Path("/etc/debian_version").exists()
+    )
+
+
+def ensure_zookeeper_installed(*, install: bool = True) -> str:
     """Return the classpath, installing Debian's zookeeper package first if need be.
 
-    Installation happens only as root on a Debian-like system with apt-get (a fresh CI
-    container); anywhere else a missing package raises :class:`ZooKeeperNotInstalled`
-    rather than touching the machine.
+    Installation happens only when ``install`` is true and we run as root on a
+    Debian-like system with apt-get (a fresh CI container); anywhere else a missing
+    package raises :class:`ZooKeeperNotInstalled`, whose message says what to run, rather
+    than touching the machine. ``install=False`` only checks.
     """
     try:
         classpath = zookeeper_classpath()
@@ -201,13 +216,9 @@ def ensure_zookeeper_installed() -> str:
     else:
         if _java_executable() is not None:
             return classpath
-    can_install = (
-        hasattr(os, "geteuid")
-        and os.geteuid() == 0
-        and shutil.which("apt-get") is not None
-        and Path("/etc/debian_version").exists()
-    )
-    if not can_install:
+    if not install:
+        raise ZooKeeperNotInstalled(_INSTALL_HINT)
+    if not can_install_zookeeper():
         raise ZooKeeperNotInstalled(_INSTALL_HINT)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     # The lock timeout lets concurrent test processes queue behind each other's install.

@@ -3,7 +3,8 @@
 Options map onto 0.7.2 ``server.properties`` keys (``--set`` takes any key a 0.7.2 broker
 reads; keys it accepts without reading are ignored with a warning), so a broker can be
 started from an existing properties file. Ctrl-C / SIGTERM stop it cleanly (logs flushed,
-registration removed), exit status 0; the newest segment is recovered at every start.
+registration removed), exit status 0, and so does the end of standard input with
+``--stop-on-stdin-close``; the newest segment is recovered at every start.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 from pathlib import Path
 
 from ..broker import Broker, BrokerConfig
 from ..broker.config import parse_properties
-from .common import stop_acknowledged
+from .common import ChunkReader, UsageError, stop_acknowledged
 
 LOG_LEVEL = logging.INFO
 
@@ -45,6 +47,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any server.properties key, e.g. --set log.flush.interval=1",
     )
+    parser.add_argument(
+        "--stop-on-stdin-close",
+        action="store_true",
+        help="also stop cleanly when standard input closes (for a supervising process that "
+        "holds the other end of a pipe: the broker then stops with it)",
+    )
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
@@ -55,7 +63,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     for item in args.set:
         key, eq, value = item.partition("=")
         if not eq:
-            raise ValueError(f"--set {item!r} is not KEY=VALUE")
+            raise UsageError(f"--set {item!r} is not KEY=VALUE")
         properties[key.strip()] = value.strip()
     for key, value in (
         ("brokerid", args.broker_id),
@@ -71,10 +79,10 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
         properties["enable.zookeeper"] = "false"
     properties.setdefault("brokerid", "0")
     if "log.dir" not in properties:
-        raise ValueError("--log-dir (log.dir) is required")
+        raise UsageError("--log-dir (log.dir) is required")
     zookeeper = properties.get("enable.zookeeper", "true").strip().lower() == "true"
     if zookeeper and "zk.connect" not in properties:
-        raise ValueError("--zookeeper (zk.connect) is required unless --no-zookeeper is given")
+        raise UsageError("--zookeeper (zk.connect) is required unless --no-zookeeper is given")
     return BrokerConfig.from_properties(properties)
 
 
@@ -88,11 +96,14 @@ async def run(args: argparse.Namespace) -> int:
             f"(log.dir {config.log_dir})",
             flush=True,
         )
-        await asyncio.Event().wait()  # until Ctrl-C / SIGTERM cancels us
+        if args.stop_on_stdin_close:
+            async for _ in ChunkReader(sys.stdin.buffer):
+                pass  # whatever is written is ignored; the end of the input stops us
+        else:
+            await asyncio.Event().wait()  # until Ctrl-C / SIGTERM cancels us
     except asyncio.CancelledError:
         stop_acknowledged()
     finally:
         if broker.running:
-            await broker.stop()
-            print(f"broker {broker.broker_id} stopped", flush=True)
+            await broker.stop()  # which logs "broker N stopped"
     return 0

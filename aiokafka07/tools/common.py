@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import IO, Any, TextIO
+from typing import IO, Any, TextIO, TypeVar
 
 from ..cluster import parse_broker_list
 from ..connection import BrokerAddress
@@ -27,11 +27,14 @@ from ..records import TopicPartition
 from ..znodes import GroupRegistry, read_brokers, read_topic_registrations
 from ..zookeeper import ZooKeeper
 
+T = TypeVar("T")
+
 __all__ = [
     "ChunkReader",
     "CommandError",
     "Output",
     "Progress",
+    "UsageError",
     "add_cluster_options",
     "add_progress_option",
     "add_zk_timeout",
@@ -40,14 +43,17 @@ __all__ = [
     "format_table",
     "fresh_group",
     "human_bytes",
+    "in_daemon_thread",
     "non_negative_int",
     "parse_broker_partitions",
     "parse_brokers",
     "plural",
     "positive_float",
     "positive_int",
+    "rate",
     "read_brokers",
     "refuse_live_members",
+    "require_zookeeper",
     "silence_stdout",
     "stop_acknowledged",
     "topic_partitions",
@@ -57,6 +63,11 @@ __all__ = [
 
 class CommandError(Exception):
     """A failure the user can act on; the dispatcher prints it as one line, exit 1."""
+
+
+class UsageError(CommandError):
+    """Arguments that do not fit together (or a required one missing): the dispatcher
+    prints the usage and the error, exit status 2, as argparse does for its own checks."""
 
 
 # -- argument types --------------------------------------------------------------------
@@ -135,7 +146,7 @@ def zookeeper_session(args: argparse.Namespace, connect: str | None = None) -> Z
     """A (not yet started) session on ``connect`` or ``--zookeeper``, with ``--zk-timeout``."""
     connect = connect or args.zookeeper
     if not connect:
-        raise CommandError("--zookeeper is required")
+        raise UsageError("--zookeeper is required")
     return ZooKeeper(connect, connection_timeout_ms=int(args.zk_timeout * 1000))
 
 
@@ -149,7 +160,7 @@ def parse_brokers(text: str) -> dict[int, BrokerAddress]:
     try:
         return parse_broker_list(",".join(numbered))
     except ValueError as exc:
-        raise CommandError(f"--brokers: {exc}") from None
+        raise UsageError(f"--brokers: {exc}") from None
 
 
 def parse_broker_partitions(items: Sequence[str]) -> list[tuple[int, int]]:
@@ -160,7 +171,7 @@ def parse_broker_partitions(items: Sequence[str]) -> list[tuple[int, int]]:
             try:
                 tp = TopicPartition.parse("", name)
             except ValueError as exc:
-                raise CommandError(f"--broker-partition: {exc}") from None
+                raise UsageError(f"--broker-partition: {exc}") from None
             result.add((tp.broker_id, tp.partition))
     return sorted(result)
 
@@ -179,6 +190,39 @@ async def delete_tree(zk: ZooKeeper, path: str) -> None:
     for child in await zk.get_children(path):
         await delete_tree(zk, f"{path}/{child}")
     await zk.delete(path)
+
+
+async def require_zookeeper(command: str, why: str) -> None:
+    """Make sure Debian's zookeeper package (and Java) is here for a local ZooKeeper.
+
+    When it is missing, it is installed with apt-get where that is possible (root on
+    Debian), saying so first; anywhere else the command fails with one line saying what
+    to run and ``why`` it is needed.
+    """
+    from ..testing.zookeeper_server import (
+        ZooKeeperNotInstalled,
+        can_install_zookeeper,
+        ensure_zookeeper_installed,
+    )
+
+    try:
+        ensure_zookeeper_installed(install=False)
+        return
+    except ZooKeeperNotInstalled:
+        if not can_install_zookeeper():
+            raise CommandError(
+                f"ZooKeeper is not installed ({why}): run 'sudo apt-get install -y zookeeper' "
+                "(Debian's package, which brings Java too), then start again"
+            ) from None
+    print(
+        f"aiokafka07 {command}: installing Debian's zookeeper package with apt-get ({why}); "
+        "this takes a minute or two, once",
+        flush=True,
+    )
+    try:
+        await asyncio.to_thread(ensure_zookeeper_installed)
+    except ZooKeeperNotInstalled as exc:
+        raise CommandError(" ".join(str(exc).split())) from None
 
 
 # -- output formatting ---------------------------------------------------------------------
@@ -207,6 +251,13 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 def plural(count: int, word: str) -> str:
     """``1 member``, ``2 members``."""
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def rate(per_second: float) -> str:
+    """A rate with the digits that matter: ``12345``, ``12.3``, ``0.23`` (not ``0``)."""
+    if per_second >= 100 or per_second == 0:
+        return f"{per_second:.0f}"
+    return f"{per_second:.1f}" if per_second >= 10 else f"{per_second:.2f}"
 
 
 def human_bytes(count: float) -> str:
@@ -289,8 +340,8 @@ class Progress:
         """``produced 10 messages (1.2 KiB) in 0.05 s: 200 msg/s, 24.0 KiB/s``."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         return (
-            f"{self.verb} {self.messages} messages ({human_bytes(self.bytes)}) in "
-            f"{elapsed:.2f} s: {self.messages / elapsed:.0f} msg/s, "
+            f"{self.verb} {plural(self.messages, 'message')} ({human_bytes(self.bytes)}) in "
+            f"{elapsed:.2f} s: {rate(self.messages / elapsed)} msg/s, "
             f"{human_bytes(self.bytes / elapsed)}/s"
         )
 
@@ -424,6 +475,37 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
         future.set_result(None)
     else:
         future.set_exception(error)
+
+
+async def in_daemon_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in a daemon thread of its own; its result or exception.
+
+    For blocking calls that may not end when asked (a Spark job, say): a cancelled caller
+    stops waiting at once, and the thread, should it hang, does not keep the process from
+    exiting as the default executor's threads would.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():
+            return  # the caller stopped waiting
+        if error is None:
+            done.set_result(result)  # type: ignore[arg-type]
+        else:
+            done.set_exception(error)
+
+    def work() -> None:
+        try:
+            result, error = function(*args), None
+        except BaseException as exc:  # handed to the caller, whatever it is
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    name = getattr(function, "__name__", "call")
+    threading.Thread(target=work, name=f"aiokafka07-{name}", daemon=True).start()
+    return await done
 
 
 def silence_stdout() -> None:

@@ -30,7 +30,7 @@ import asyncio
 import base64
 import contextlib
 import json
-import random
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -50,8 +50,10 @@ from .common import (
     CommandError,
     Output,
     Progress,
+    UsageError,
     add_cluster_options,
     delete_tree,
+    fresh_group,
     parse_broker_partitions,
     parse_brokers,
     plural,
@@ -63,6 +65,7 @@ from .common import (
 )
 from .formatters import Formatter, MessageFormatter, build_formatter, parse_properties
 
+log = logging.getLogger("aiokafka07.tools.consume")
 NextBatch = Callable[[float | None, int | None], Awaitable[list[ConsumerRecord]]]
 #: Puts back the records of a batch from ``handled`` on (they were not printed).
 Rewind = Callable[[list[ConsumerRecord], int], None]
@@ -203,11 +206,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     simple = args.simple or args.broker_partition or args.offset is not None or args.brokers
     if args.zookeeper and args.brokers:
-        raise CommandError("give --zookeeper or --brokers, not both")
+        raise UsageError("give --zookeeper or --brokers, not both")
     if not (args.zookeeper or args.brokers):
-        raise CommandError("give --zookeeper (or --brokers for --simple)")
+        raise UsageError("give --zookeeper (or --brokers for --simple)")
     if args.offset is not None and (args.offset < 0 or args.from_beginning):
-        raise CommandError("--offset takes an offset >= 0, and not with --from-beginning")
+        raise UsageError("--offset takes an offset >= 0, and not with --from-beginning")
     formatter = build_formatter(args.format, parse_properties(args.property), FORMATS)
     args.formatter = MessageFormatter(formatter, skip_on_error=args.skip_message_on_error)
     progress = Progress("consumed", enabled=args.progress)
@@ -216,16 +219,16 @@ async def run(args: argparse.Namespace) -> int:
         async with progress:
             if simple:
                 if args.group or args.whitelist or args.blacklist:
-                    raise CommandError(
+                    raise UsageError(
                         "--group, --whitelist and --blacklist need group mode, but "
                         "--simple, --broker-partition, --offset or --brokers was given"
                     )
                 if not args.topic:
-                    raise CommandError("simple mode reads one TOPIC")
+                    raise UsageError("simple mode reads one TOPIC")
                 await _simple(args, output, progress)
             else:
                 if sum(bool(x) for x in (args.topic, args.whitelist, args.blacklist)) != 1:
-                    raise CommandError("give a TOPIC, a --whitelist or a --blacklist (one)")
+                    raise UsageError("give a TOPIC, a --whitelist or a --blacklist (one)")
                 await _group(args, output, progress)
     finally:
         output.close()
@@ -274,7 +277,7 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
     zk = zookeeper_session(args)
     await zk.start()
     try:
-        group = args.group or await _fresh_group(zk)
+        group = args.group or await fresh_group(zk, "console-consumer")
         if args.from_beginning and args.group:
             await _forget_offsets(zk, args)
         consumer = Consumer(
@@ -315,6 +318,10 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
 
         await consumer.start()
         try:
+            if not consumer.assignment():
+                reason = await _nothing_to_read(zk, args)
+                if reason is not None:
+                    log.warning("%s; waiting", reason)
             await _print(next_batch, args, output, progress, rewind)
         finally:
             await consumer.close()  # commits what was printed
@@ -328,12 +335,26 @@ def _partition_of(record: ConsumerRecord) -> TopicPartition:
     return TopicPartition(record.topic, record.broker_id or 0, record.partition)
 
 
-async def _fresh_group(zk: ZooKeeper) -> str:
-    """``console-consumer-<0..99999>`` (0.7.2's form) that no group uses yet."""
-    while True:
-        group = f"console-consumer-{random.randrange(100000)}"
-        if not await GroupRegistry(zk, group).exists():
-            return group
+async def _nothing_to_read(zk: ZooKeeper, args: argparse.Namespace) -> str | None:
+    """Why there is nothing to read, when ZooKeeper knows: no broker at all (a wrong
+    chroot, say), or no partition of the topic (or of a topic the filter matches)."""
+    if not await read_brokers(zk):
+        return f"no broker is registered at {args.zookeeper} (is the chroot right?)"
+    if args.topic:
+        if not await topic_partitions(zk, args.topic):
+            return (
+                f"topic {args.topic} has no partitions: no broker has registered it "
+                "(a broker creates a topic at its first message)"
+            )
+        return None
+    topic_filter = TopicFilter.parse(
+        args.whitelist or args.blacklist, whitelist=bool(args.whitelist)
+    )
+    topics = await znodes.read_topics(zk)
+    if not any(topic_filter.allows(topic) for topic in topics):
+        which = "--whitelist" if args.whitelist else "--blacklist"
+        return f"no registered topic is selected by {which} {topic_filter.regex!r}"
+    return None
 
 
 async def _forget_offsets(zk: ZooKeeper, args: argparse.Namespace) -> None:
@@ -370,8 +391,9 @@ async def _simple(args: argparse.Namespace, output: Output, progress: Progress) 
         async with zookeeper_session(args) as zk:
             brokers = await read_brokers(zk)
             partitions = chosen or await topic_partitions(zk, topic)
+            reason = None if partitions else await _nothing_to_read(zk, args)
         if not partitions:
-            raise CommandError(f"topic {topic} has no partitions registered in ZooKeeper")
+            raise CommandError(reason or f"topic {topic} has no partitions registered in ZooKeeper")
     for broker_id, _ in partitions:
         if broker_id not in brokers:
             raise CommandError(f"broker {broker_id} is not known (not registered / not listed)")

@@ -25,6 +25,7 @@ from ..znodes import GroupRegistry, read_topics
 from ..zookeeper import ZooKeeper
 from .common import (
     CommandError,
+    UsageError,
     add_cluster_options,
     format_table,
     plural,
@@ -53,9 +54,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     if args.action == "describe" and not args.group:
-        raise CommandError("describe needs a GROUP")
+        raise UsageError("describe needs a GROUP")
     if args.action == "list" and args.group:
-        raise CommandError(f"unexpected {args.group!r}: did you mean 'groups describe GROUP'?")
+        raise UsageError(f"unexpected {args.group!r}: did you mean 'groups describe GROUP'?")
     async with zookeeper_session(args) as zk:
         if args.action == "list":
             _print_groups(await list_groups(zk), args.json)

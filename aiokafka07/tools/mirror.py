@@ -33,6 +33,7 @@ from ..records import TopicPartition
 from .common import (
     CommandError,
     Progress,
+    UsageError,
     add_zk_timeout,
     parse_brokers,
     positive_float,
@@ -169,9 +170,9 @@ class Mirror:
 
 async def run(args: argparse.Namespace) -> int:
     if bool(args.target_zookeeper) == bool(args.target_brokers):
-        raise CommandError("give --target-zookeeper or --target-brokers (one of them)")
+        raise UsageError("give --target-zookeeper or --target-brokers (one of them)")
     if sum(bool(x) for x in (args.topics, args.whitelist, args.blacklist)) != 1:
-        raise CommandError("give TOPICs, a --whitelist or a --blacklist (one of them)")
+        raise UsageError("give TOPICs, a --whitelist or a --blacklist (one of them)")
     timeout_ms = int(args.zk_timeout * 1000)
     target: Cluster
     if args.target_brokers:

@@ -21,6 +21,7 @@ from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST, validate_topic
 from .common import (
     CommandError,
+    UsageError,
     add_cluster_options,
     format_table,
     parse_broker_partitions,
@@ -98,7 +99,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     validate_topic(args.topic)
     if bool(args.zookeeper) == bool(args.brokers):
-        raise CommandError("give --zookeeper or --brokers (one of them)")
+        raise UsageError("give --zookeeper or --brokers (one of them)")
     chosen = parse_broker_partitions(args.broker_partition)
     if args.brokers:
         brokers = parse_brokers(args.brokers)

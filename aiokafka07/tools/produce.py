@@ -27,6 +27,7 @@ from .common import (
     ChunkReader,
     CommandError,
     Progress,
+    UsageError,
     add_cluster_options,
     parse_broker_partitions,
     parse_brokers,
@@ -114,7 +115,7 @@ def parse_separator(text: str) -> bytes:
 
     separator = _ESCAPE.sub(unescape, text).encode("utf-8")
     if not separator:
-        raise CommandError("--key-separator must not be empty")
+        raise UsageError("--key-separator must not be empty")
     return separator
 
 
@@ -189,13 +190,13 @@ async def length_prefixed(
 
 async def run(args: argparse.Namespace) -> int:
     if bool(args.zookeeper) == bool(args.brokers):
-        raise CommandError("give --zookeeper or --brokers (one of them)")
+        raise UsageError("give --zookeeper or --brokers (one of them)")
     separator = None if args.key_separator is None else parse_separator(args.key_separator)
     partition = None
     if args.partition is not None:
         chosen = parse_broker_partitions([args.partition])
         if len(chosen) != 1:
-            raise CommandError("--partition takes one BROKER-PARTITION, e.g. 0-1")
+            raise UsageError("--partition takes one BROKER-PARTITION, e.g. 0-1")
         partition = chosen[0]
     cluster: Cluster
     if args.brokers:
