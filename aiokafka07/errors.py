@@ -131,7 +131,17 @@ class UnknownCodecError(ProtocolError):
 
 
 class CompressionError(ProtocolError):
-    """A compressed payload that cannot be decompressed (corrupt gzip or snappy data)."""
+    """A compressed payload that cannot be decompressed: corrupt gzip or snappy data, or
+    data that would decompress to more than the bound (``max_decompressed_bytes``).
+
+    ``limit`` is that bound when it is the reason (``None`` for corrupt data).
+    """
+
+    def __init__(
+        self, message: str, *, position: int | None = None, limit: int | None = None
+    ) -> None:
+        super().__init__(message, position=position)
+        self.limit = limit
 
 
 class MalformedFrameError(ProtocolError):
