@@ -441,6 +441,17 @@ class Log:
             self.flush()
         return start, start + len(data)
 
+    def append_needs_sync(self) -> bool:
+        """Whether the next append must first fsync the active segment (a roll is due and
+        fsync is on), so that a caller on an event loop can run that append in a worker
+        thread. A hint: a roll that becomes due between this call and the append is
+        still synced, by the append itself."""
+        with self._lock:
+            if self._closed:
+                return False
+            active = self._segments[-1]
+            return self._roll_due(active, self._now_ms()) and self._needs_sync(active, None)
+
     @property
     def flush_pending(self) -> bool:
         """Whether enough messages are unflushed for a count-based flush."""
