@@ -438,10 +438,8 @@ class Broker:
             return
         # fsyncs stay off the event loop: a roll that must sync the finished segment
         # first appends from a worker thread, and a count-based flush runs in one.
-        if partition_log.append_needs_sync():
+        if partition_log.try_append(data, messages, flush=False) is None:
             await asyncio.to_thread(partition_log.append, data, messages, flush=False)
-        else:
-            partition_log.append(data, messages, flush=False)
         if partition_log.flush_pending:
             self._flush_in_background(partition_log)
 
