@@ -30,8 +30,9 @@ it): the consumer raises it at once, naming topic, partition and offset.
 from __future__ import annotations
 
 from .errors import InvalidMessageSizeError, MessageTooLargeError, ProtocolError
+from .protocol.compression import DEFAULT_MAX_DECOMPRESSED
 
-__all__ = ["MAX_REFETCHES", "FetchSizer"]
+__all__ = ["MAX_REFETCHES", "FetchSizer", "decompression_bound"]
 
 #: Fetches that may follow one at the same offset that brought no complete message.
 #: One is enough for any real message (rule 4 jumps straight to its size); the others
@@ -39,6 +40,19 @@ __all__ = ["MAX_REFETCHES", "FetchSizer"]
 MAX_REFETCHES = 2
 
 _LENGTH_FIELD = 4
+
+
+def decompression_bound(max_fetch_size: int, configured: int | None = None) -> int:
+    """A consumer's ``max_decompressed_bytes``: the most bytes decompressing one fetched
+    set may produce. ``configured`` if given, else the larger of ``max_fetch_size`` (a
+    compressed fetch decodes to no more than the largest fetch could carry uncompressed)
+    and 64 MiB (so that every set a broker with default limits accepts, at most 64 x its
+    ``max.message.size`` of 1,000,000, is readable)."""
+    if configured is None:
+        return max(max_fetch_size, DEFAULT_MAX_DECOMPRESSED)
+    if not isinstance(configured, int) or configured < 1:
+        raise ValueError(f"max_decompressed_bytes must be an int >= 1, not {configured!r}")
+    return configured
 
 
 class FetchSizer:

@@ -24,7 +24,7 @@ from .errors import (
     ProtocolError,
     RequestTimeoutError,
 )
-from .fetch_size import FetchSizer
+from .fetch_size import FetchSizer, decompression_bound
 from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
 from .protocol.requests import validate_topic
@@ -61,11 +61,13 @@ class SimpleConsumer:
     """Requests against one broker (an async context manager; connects lazily).
 
     ``fetch_size`` is 0.7.2's ``fetch.size``; :meth:`messages` grows it for a larger
-    message, up to ``max_fetch_size``. ``request_timeout`` is ``socket.timeout.ms`` (a
-    real read timeout); ``receive_buffer`` is ``socket.buffersize`` (default: leave the
-    kernel's autotuning on, which lets the next fetch land while a batch is handed out;
-    0.7.2's 64 KiB throttles that). Pass a shared
-    ``pool`` to reuse connections of a larger client.
+    message, up to ``max_fetch_size``. ``max_decompressed_bytes`` bounds what the
+    compressed wrappers of one fetch may decompress to (default: ``max_fetch_size``, at
+    least 64 MiB; see :func:`~aiokafka07.fetch_size.decompression_bound`).
+    ``request_timeout`` is ``socket.timeout.ms`` (a real read timeout); ``receive_buffer``
+    is ``socket.buffersize`` (default: leave the kernel's autotuning on, which lets the
+    next fetch land while a batch is handed out; 0.7.2's 64 KiB throttles that). Pass a
+    shared ``pool`` to reuse connections of a larger client.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class SimpleConsumer:
         broker_id: int | None = None,
         fetch_size: int = FETCH_SIZE,
         max_fetch_size: int = 64 * FETCH_SIZE,
+        max_decompressed_bytes: int | None = None,
         request_timeout: float = 30.0,
         connect_timeout: float = 5.0,
         receive_buffer: int | None = None,
@@ -86,6 +89,7 @@ class SimpleConsumer:
         self.address = BrokerAddress(broker_id, host, port)
         self.fetch_size = fetch_size
         self.max_fetch_size = max_fetch_size
+        self.max_decompressed_bytes = decompression_bound(max_fetch_size, max_decompressed_bytes)
         self._own_pool = pool is None
         self._pool = pool or ConnectionPool(
             request_timeout=request_timeout,
@@ -172,6 +176,7 @@ class SimpleConsumer:
                 offset,
                 message_type=ConsumerRecord,
                 prefix=(topic, self.address.broker_id, partition),
+                max_decompressed=self.max_decompressed_bytes,
             )
         except ProtocolError as exc:
             # Named at the bad entry's own offset (its position counts from ``offset``).

@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 
 from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.errors import (
+    CompressionError,
     InvalidMessageSizeError,
     KafkaError,
     MessageTooLargeError,
     ProtocolError,
 )
-from aiokafka07.fetch_size import MAX_REFETCHES, FetchSizer
+from aiokafka07.fetch_size import MAX_REFETCHES, FetchSizer, decompression_bound
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.protocol import decode_message_set, encode_message_set, encode_wrapper, entry_size
 from aiokafka07.records import ConsumerRecord
@@ -277,3 +278,40 @@ async def test_group_consumer_message_larger_than_max_fetch_size(
                 await asyncio.wait_for(until_error(member, got), 5)
             assert got == [b"small"]
             assert (info.value.offset, info.value.size) == (entry_size(5), 5006)
+
+
+# -- the decompression bound in consumers --------------------------------------------------
+
+
+def test_consumers_bound_defaults_to_the_largest_fetch_and_at_least_64_mib() -> None:
+    assert decompression_bound(1 << 20) == 64 << 20
+    assert decompression_bound(100 << 20) == 100 << 20
+    assert decompression_bound(1 << 20, 5000) == 5000
+    with pytest.raises(ValueError, match="max_decompressed_bytes"):
+        decompression_bound(1 << 20, 0)
+    assert SimpleConsumer(max_fetch_size=128 << 20).max_decompressed_bytes == 128 << 20
+    assert Consumer("t", group="g", zookeeper="127.0.0.1:1").max_decompressed_bytes == 64 << 20
+
+
+async def test_simple_consumer_reads_wrappers_past_the_bound_one_fetch_at_a_time(
+    cluster: KafkaCluster,
+) -> None:
+    """Wrappers of 10 KB decompressed, a bound of 25 KB: each fetch decodes what fits
+    and the next starts at the wrapper that did not; a wrapper alone over the bound is
+    a CompressionError naming where it is."""
+    values = [b"%05d" % i + bytes(10_000) for i in range(10)]
+    broker = cluster.broker(0)
+    conn = await BrokerConnection.open(BrokerAddress(0, broker.host, broker.port))
+    for value in values:
+        await conn.produce("packed", 0, [value], compression="gzip")
+    await conn.produce("packed", 0, [bytes(30_000)], compression="gzip", confirm=True)
+    await conn.close()
+    options = {"max_decompressed_bytes": 25_000}
+    async with SimpleConsumer(broker.host, broker.port, **options) as consumer:
+        got: list[bytes] = []
+        before = requests(cluster)
+        with pytest.raises(CompressionError, match=r"packed/0 at offset \d+: .*25000") as info:
+            await asyncio.wait_for(drain(consumer.messages("packed", 0, 0), got), 5)
+        assert got == values
+        assert info.value.limit == 25_000
+        assert requests(cluster) - before <= 6  # 2 wrappers a fetch, then the big one

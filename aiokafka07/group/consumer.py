@@ -40,7 +40,7 @@ from ..errors import (
     ZooKeeperError,
     error_for_code,
 )
-from ..fetch_size import FetchSizer
+from ..fetch_size import FetchSizer, decompression_bound
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST, FetchRequest, decode_messages_into
 from ..records import ConsumerRecord, TopicPartition
@@ -185,8 +185,10 @@ class Consumer:
     ``"smallest"`` (0.7.2's default), ``"largest"`` or ``"error"``.
 
     Errors of a partition's data or fetches (a corrupt message, a message larger than
-    ``max_fetch_size``, a broker error code such as InvalidPartition, OffsetOutOfRange with
-    ``"error"``) come out of iteration, :meth:`getone` and :meth:`getmany` as typed
+    ``max_fetch_size``, an offset that is not a message start, compressed data over
+    ``max_decompressed_bytes`` (default: ``max_fetch_size``, at least 64 MiB), a broker
+    error code such as InvalidPartition, OffsetOutOfRange with ``"error"``) come out of
+    iteration, :meth:`getone` and :meth:`getmany` as typed
     :class:`~aiokafka07.errors.KafkaError` subclasses naming the partition and offset,
     after the records fetched before them. That partition is then not fetched again
     until :meth:`seek` (e.g. past a corrupt message) or a rebalance gives it to a new
@@ -213,6 +215,7 @@ class Consumer:
         consumer_timeout_ms: float | None = None,
         fetch_size: int = 1048576,
         max_fetch_size: int = 64 * 1048576,
+        max_decompressed_bytes: int | None = None,
         max_prefetch_bytes: int = 4 * 1048576,
         fetch_backoff_ms: float = 100.0,
         rebalance_backoff_ms: float = 100.0,
@@ -234,6 +237,7 @@ class Consumer:
         self.consumer_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
         self.fetch_size = fetch_size
         self.max_fetch_size = max_fetch_size
+        self.max_decompressed_bytes = decompression_bound(max_fetch_size, max_decompressed_bytes)
         self.max_prefetch_bytes = max_prefetch_bytes
         self.fetch_backoff = fetch_backoff_ms / 1000
         self.rebalance_backoff = rebalance_backoff_ms / 1000
@@ -687,6 +691,7 @@ class Consumer:
                 shallow=self.shallow,
                 message_type=ConsumerRecord,
                 prefix=(tp.topic, tp.broker_id, tp.partition),
+                max_decompressed=self.max_decompressed_bytes,
             )
         except ProtocolError as exc:
             declared = FetchSizer.incomplete_first(exc)
