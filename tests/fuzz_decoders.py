@@ -27,7 +27,6 @@ import random  # noqa: E402
 import struct  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-import zlib  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -55,23 +54,12 @@ from aiokafka07.protocol import (  # noqa: E402
     snappy_decompress,
 )
 from aiokafka07.protocol.messages import count_messages, summarize_message_set  # noqa: E402
+from aiokafka07.testing.hostile import SNAPPY_3_GIB, gzip_bomb  # noqa: E402
 
 #: The bound the fuzzed decoders run with (the default, 64 MiB, for the bomb seeds).
 BOUND = 4 << 20
 INTERESTING_INT32 = [0, 1, 4, 5, 6, 9, 10, 0x7F, 0xFF, 0x7FFF, 0xFFFF, 1 << 20, 0x7FFFFFFF]
 INTERESTING_INT32 += [-1, -(1 << 31), 0x8000_0000 - 1]
-
-
-def _bomb() -> bytes:
-    """A gzip wrapper holding 256 one-MiB messages of zeros (~260 KB compressed)."""
-    entry = encode_message_set([bytes(1 << 20)])
-    deflater = zlib.compressobj(9, zlib.DEFLATED, -15)
-    parts, crc = [b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"], 0
-    for _ in range(256):
-        parts.append(deflater.compress(entry))
-        crc = zlib.crc32(entry, crc)
-    parts += [deflater.flush(), struct.pack("<II", crc, (256 * len(entry)) & 0xFFFFFFFF)]
-    return bytes(_accel.impl.encode_message_set([b"".join(parts)], 1, 1))
 
 
 def seeds(rng: random.Random) -> list[bytes]:
@@ -92,7 +80,7 @@ def seeds(rng: random.Random) -> list[bytes]:
         ),
         bytes(_accel.impl.encode_message_set([snappy_compress(plain)[16:][4:]], 1, 2)),
         encode_message_set([bytes(100_000)], compression="snappy"),  # several xerial chunks
-        bytes.fromhex("000000120102c11df6288893cba70d8c61af91886776"),  # the issue's 22 bytes
+        SNAPPY_3_GIB,  # the issue's 22 bytes
     ]
     frames = [
         encode_produce_request("events", 0, sets[2]),
@@ -170,7 +158,7 @@ def run(count: int, seed: int) -> int:
     rng = random.Random(seed)
     pool = seeds(rng)
     bred: list[bytes] = []
-    bomb = _bomb()
+    bomb = gzip_bomb(256)
     fast = decoders(BOUND)
     full = decoders(64 << 20)
     implementations = [_accel.impl, _pure] if _accel.impl is not _pure else [_pure]

@@ -165,6 +165,17 @@ check_entry(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, int shallow,
     return ST_OK;
 }
 
+/* -1 (ValueError set, view released) if pos is outside the buffer, else 0. */
+static int
+release_if_outside(Py_buffer *view, Py_ssize_t pos)
+{
+    if (pos >= 0 && pos <= view->len)
+        return 0;
+    PyBuffer_Release(view);
+    PyErr_SetString(PyExc_ValueError, "pos outside the buffer");
+    return -1;
+}
+
 static PyObject *
 speedups_scan(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -184,11 +195,8 @@ speedups_scan(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_TypeError, "cls must be a tuple subclass");
         return NULL;
     }
-    if (pos < 0 || pos > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "pos outside the buffer");
+    if (release_if_outside(&view, pos) < 0)
         return NULL;
-    }
 
     const unsigned char *b = (const unsigned char *)view.buf;
     const Py_ssize_t len = view.len;
@@ -270,11 +278,8 @@ speedups_summarize(PyObject *Py_UNUSED(module), PyObject *args)
 
     if (!PyArg_ParseTuple(args, "y*np:summarize", &view, &pos, &shallow))
         return NULL;
-    if (pos < 0 || pos > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "pos outside the buffer");
+    if (release_if_outside(&view, pos) < 0)
         return NULL;
-    }
     const unsigned char *b = (const unsigned char *)view.buf;
     const Py_ssize_t len = view.len;
     long long detail = 0, plain = 0, wrapped = 0, largest = 0;
