@@ -17,6 +17,11 @@ declare 3.3 GiB, a consumer started inside a message.
   until the typed error (FETCH and OFFSETS, counted by an in-process broker) and the
   time; the first batch from a valid offset is the floor.
 
+Targets: the broker's peak RSS under twice its bound; the healthy client's slowest round
+trip during a bomb a small fraction of the time the refusal takes (inflating on the
+event loop makes them equal); the 22 bytes a typed error at the floor's RSS; a typed
+error within three requests from any offset inside a message.
+
 Run: ``python benchmarks/bench_hostile.py [--reps N] [--bomb-mib N] [--json]``.
 """
 
