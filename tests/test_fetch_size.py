@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from aiokafka07.protocol import decode_message_set, encode_message_set, encode_w
 from aiokafka07.records import ConsumerRecord
 from aiokafka07.simple import SimpleConsumer
 from aiokafka07.testing import KafkaCluster
+from aiokafka07.testing.hostile import INNER_PARTIAL_WRAPPER
 from aiokafka07.zookeeper import ZooKeeper
 
 from .test_cli_common import run_cli
@@ -151,18 +153,27 @@ async def produce(cluster: KafkaCluster, topic: str, payloads: list[bytes]) -> N
 
 async def hostile_topics(cluster: KafkaCluster) -> int:
     """``mid``: messages whose payloads begin with BOGUS. ``inner``: one good message,
-    then a gzip wrapper whose inner set starts with a partial entry (which no broker
-    takes on produce, so it is written over a plain entry of the same size on disk),
-    then a good one. Returns the wrapper's offset."""
+    then a gzip wrapper whose inner set starts with a partial entry, then a good one.
+    Returns the wrapper's offset."""
     await produce(cluster, "mid", [BOGUS + b"payload %d" % i for i in range(50)])
-    wrapper = encode_wrapper("gzip", struct.pack(">i", 100) + b"abc")
-    first = encode_message_set([b"first"])
-    await produce(cluster, "inner", [b"first", bytes(len(wrapper) - entry_size(0)), b"last"])
-    segment = next((cluster.broker(0).config.log_dir / "inner-0").glob("*.kafka"))
+    await produce(cluster, "inner", INNER_PARTIAL_SET)
+    return write_inner_partial_wrapper(cluster.broker(0).config.log_dir, "inner")
+
+
+#: Payloads to produce before :func:`write_inner_partial_wrapper`.
+INNER_PARTIAL_SET = [b"first", bytes(len(INNER_PARTIAL_WRAPPER) - entry_size(0)), b"last"]
+
+
+def write_inner_partial_wrapper(log_dir: Path, topic: str) -> int:
+    """Write INNER_PARTIAL_WRAPPER over the second entry of partition 0 of ``topic``
+    (produced as INNER_PARTIAL_SET; no broker takes such a wrapper on produce); return
+    its offset."""
+    at = entry_size(len(b"first"))
+    segment = next((log_dir / f"{topic}-0").glob("*.kafka"))
     with segment.open("r+b") as f:
-        f.seek(len(first))
-        f.write(wrapper)
-    return len(first)
+        f.seek(at)
+        f.write(INNER_PARTIAL_WRAPPER)
+    return at
 
 
 @pytest.fixture
@@ -244,24 +255,30 @@ async def test_group_consumer_mid_message_offset_and_inner_partial_entry(
                 assert requests(cluster) - settled <= 1
 
 
-async def test_console_consumer_mid_message_offset(cluster: KafkaCluster) -> None:
-    await hostile_topics(cluster)
+@pytest.mark.parametrize(
+    ("topic", "offset", "expected"),
+    [("mid", MID, "not the offset of a message"), ("inner", 0, "compressed")],
+)
+async def test_console_consumer_mid_message_offset_and_inner_partial_entry(
+    cluster: KafkaCluster, topic: str, offset: int, expected: str
+) -> None:
+    at = await hostile_topics(cluster)
     broker = cluster.broker(0)
     code, out, err = await run_cli(
         "consume",
-        "mid",
+        topic,
         "--brokers",
         f"0:{broker.host}:{broker.port}",
         "--offset",
-        str(MID),
+        str(offset),
         "--fetch-size",
         "256",
         timeout=20,
     )
     assert code == 1, err
-    assert out == b""
-    assert f"at offset {MID}: " in err, err
-    assert "not the offset of a message" in err
+    assert out == (b"" if topic == "mid" else b"first\n")
+    assert f"at offset {MID if topic == 'mid' else at}: " in err, err
+    assert expected in err
     assert "Traceback" not in err
 
 

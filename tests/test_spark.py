@@ -30,6 +30,8 @@ from aiokafka07.spark import activate, local_session
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.zookeeper import ZooKeeper
 
+from .test_fetch_size import INNER_PARTIAL_SET, write_inner_partial_wrapper
+
 T = TypeVar("T")
 
 Row = tuple[str, int, int, int, bytes]  # topic, broker, partition, offset, value
@@ -181,6 +183,18 @@ async def test_a_start_inside_a_message_fails_the_task_with_the_typed_error(
         with pytest.raises(Exception, match=r"torn/0-0 at offset 10: .*not the offset of a"):
             await spark_call(query.awaitTermination, 60)
         assert time.monotonic() - started < 60
+
+
+async def test_corrupt_data_inside_a_wrapper_fails_the_task_with_the_typed_error(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str
+) -> None:
+    """A wrapper whose inner set starts with a partial entry (the issue: 41,079 fetches
+    in 10 s) fails the task at once, naming the wrapper's offset."""
+    async with kafka_cluster(1, num_partitions=1) as cluster:
+        await produce(zookeeper, "wrapped", INNER_PARTIAL_SET, "none", [(0, 0)], batch_size=3)
+        at = write_inner_partial_wrapper(cluster.broker(0).config.log_dir, "wrapped")
+        with pytest.raises(Exception, match=rf"wrapped/0 at offset {at}: in the compressed"):
+            await rows(await load(spark, zookeeper, topic="wrapped"))
 
 
 async def test_bad_options_fail_the_action_naming_the_option(

@@ -9,14 +9,22 @@ from __future__ import annotations
 import struct
 import zlib
 
-from ..protocol import encode_message_set
+from ..protocol import encode_message_set, gzip_compress
 from ..protocol._accel import impl as _impl
 
-__all__ = ["SNAPPY_3_GIB", "gzip_bomb"]
+__all__ = ["INNER_PARTIAL_WRAPPER", "SNAPPY_3_GIB", "gzip_bomb"]
 
 #: One snappy wrapper (22 bytes) whose raw block declares 3,572,681,096 uncompressed
 #: bytes; unbounded, decoding it allocates that much before seeing the block is corrupt.
 SNAPPY_3_GIB = bytes.fromhex("000000120102c11df6288893cba70d8c61af91886776")
+
+
+#: A gzip wrapper entry (CRC correct) whose inner set starts with a partial entry (it
+#: declares 100 bytes, 3 follow): corrupt data, which no fetch size can cure. A broker
+#: refuses it on produce; tests write it over a plain entry of the same size on disk.
+INNER_PARTIAL_WRAPPER = bytes(
+    _impl.encode_message_set([gzip_compress(struct.pack(">i", 100) + b"abc")], 1, 1)
+)
 
 
 def gzip_bomb(messages: int, message_size: int = 1 << 20) -> bytes:
