@@ -20,6 +20,7 @@ from typing import NamedTuple, TypeVar
 from .connection import BrokerAddress, BrokerConnection
 from .errors import (
     BrokerError,
+    CompressionError,
     KafkaConnectionError,
     ProtocolError,
     RequestTimeoutError,
@@ -180,7 +181,10 @@ class SimpleConsumer:
             )
         except ProtocolError as exc:
             # Named at the bad entry's own offset (its position counts from ``offset``).
-            exc.args = (f"{topic}/{partition} at offset {offset + (exc.position or 0)}: {exc}",)
+            where = f"{topic}/{partition} at offset {offset + (exc.position or 0)}"
+            over = isinstance(exc, CompressionError) and exc.limit is not None
+            hint = " (max_decompressed_bytes)" if over else ""
+            exc.args = (f"{where}: {exc}{hint}",)
             raise
         return FetchResult(topic, partition, offset, records, offset + valid)
 

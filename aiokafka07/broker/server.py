@@ -276,6 +276,8 @@ class Broker:
     def _flush_in_background(self, partition_log: Log) -> None:
         if partition_log in self._flushing:
             return  # a flush is running; it or the next append covers the new data
+        if self._supervisor.closed:
+            return  # shutting down: closing the logs flushes them
 
         async def flush() -> None:
             try:
@@ -475,7 +477,7 @@ class Broker:
                 if exc.limit is None:
                     raise _Close(f"invalid compressed message set: {exc}") from exc
                 raise _Close(
-                    f"refusing a produce: {exc} (max.decompressed.bytes)", level=logging.WARNING
+                    f"refusing a produce over max.decompressed.bytes: {exc}", level=logging.WARNING
                 ) from exc
             except ProtocolError as exc:
                 raise _Close(f"invalid compressed message set: {exc}") from exc

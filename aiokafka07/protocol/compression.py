@@ -119,11 +119,7 @@ class Compression(IntEnum):
 
 
 def _over(what: str, limit: int) -> CompressionError:
-    return CompressionError(
-        f"{what} decompresses to more than the bound of {limit} bytes "
-        "(max_decompressed_bytes; see the README on how to raise it)",
-        limit=limit,
-    )
+    return CompressionError(f"{what} decompresses to more than {limit} bytes", limit=limit)
 
 
 def _check_bound(max_size: int) -> None:

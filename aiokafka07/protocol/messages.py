@@ -130,8 +130,8 @@ class _Budget:
 
     def exceeded(self) -> CompressionError:
         return CompressionError(
-            f"the compressed messages decompress to more than {self.limit} bytes "
-            "(max_decompressed_bytes)",
+            f"the compressed messages decompress to more than {self.limit} bytes, the "
+            "decompression bound",
             limit=self.limit,
         )
 
