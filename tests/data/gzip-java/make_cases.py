@@ -11,6 +11,7 @@ import random
 import struct
 import sys
 import zlib
+from typing import Any
 
 
 def member(
@@ -69,7 +70,7 @@ def edge_cases(rng: random.Random) -> list[bytes]:
     ]
     for tail in tails:
         cases += [m1 + tail, m1 + tail + m2]
-    variants: list[dict[str, object]] = [
+    variants: list[dict[str, Any]] = [
         {"flags": 8, "name": b"file.txt"},
         {"flags": 16, "comment": b"c"},
         {"flags": 4, "extra": b"xyz"},
@@ -88,9 +89,9 @@ def edge_cases(rng: random.Random) -> list[bytes]:
     ]
     for kw in variants:
         cases += [
-            member(b"first", **kw),  # type: ignore[arg-type]
-            m1 + member(b"second", **kw),  # type: ignore[arg-type]
-            m1 + member(b"second", **kw) + m2,  # type: ignore[arg-type]
+            member(b"first", **kw),
+            m1 + member(b"second", **kw),
+            m1 + member(b"second", **kw) + m2,
         ]
     cases += [m1[:-cut] for cut in range(1, len(m1) + 1)]
     cases += [(m1 + m2)[:-cut] for cut in range(1, len(m2) + 1)]
@@ -124,14 +125,14 @@ def random_member(rng: random.Random) -> bytes:
     else:
         data = (b"abc" * size)[:size]
     r = rng.random()
-    kw: dict[str, object] = {}
+    kw: dict[str, Any] = {}
     if r < 0.1:
         kw = {"flags": 4, "extra": rng.randbytes(rng.choice([1, 30, 600]))}
     elif r < 0.2:
         kw = {"flags": 8, "name": b"n" * rng.choice([1, 20, 700])}
     elif r < 0.25:
         kw = {"flags": 2}
-    return member(data, level=rng.choice([0, 1, 6, 9]), **kw)  # type: ignore[arg-type]
+    return member(data, level=rng.choice([0, 1, 6, 9]), **kw)
 
 
 def member_chains(rng: random.Random, count: int) -> list[bytes]:
