@@ -101,11 +101,14 @@ class InvalidPartitionError(BrokerError, ValueError):
 
 class InvalidMessageSizeError(ProtocolError, BrokerError):
     """Code 4 (InvalidFetchSize): an entry's size is impossible, or the first entry of a
-    message set is incomplete because the fetch size is smaller than the message.
+    message set is incomplete because the fetch size is smaller than the message (or
+    the offset is not where a message starts).
 
-    ``size`` is the entry length the data declares and ``available`` how many bytes of
-    the entry were present (both ``None`` when unknown), so a consumer can grow its fetch
-    size to ``size + 4``.
+    ``size`` is the entry length the data declares. ``available`` is how many bytes of
+    the entry were present, and is set only when the first entry of the decoded set
+    itself is incomplete (never for an entry inside a compressed wrapper, which no fetch
+    size can fix); a consumer may then grow its fetch size to ``size + 4``, as
+    :mod:`aiokafka07.fetch_size` decides.
     """
 
     code = 4
@@ -132,7 +135,17 @@ class UnknownCodecError(ProtocolError):
 
 
 class CompressionError(ProtocolError):
-    """A compressed payload that cannot be decompressed (corrupt gzip or snappy data)."""
+    """A compressed payload that cannot be decompressed: corrupt gzip or snappy data, or
+    data that would decompress to more than the bound (``max_decompressed_bytes``).
+
+    ``limit`` is that bound when it is the reason (``None`` for corrupt data).
+    """
+
+    def __init__(
+        self, message: str, *, position: int | None = None, limit: int | None = None
+    ) -> None:
+        super().__init__(message, position=position)
+        self.limit = limit
 
 
 class MalformedFrameError(ProtocolError):
@@ -144,10 +157,17 @@ class InvalidTopicError(KafkaError, ValueError):
 
 
 class MessageTooLargeError(KafkaError, ValueError):
-    """A message larger than the configured ``max.message.size``.
+    """A message larger than the configured ``max.message.size``, or, for a consumer, a
+    message at ``offset`` whose entry (``size`` bytes, length field excluded) does not
+    fit in ``max_fetch_size``.
 
-    A 0.7 broker drops such a produce silently, so the client refuses it up front.
+    A 0.7 broker drops a too-large produce silently, so the client refuses it up front.
     """
+
+    def __init__(self, message: str, *, offset: int | None = None, size: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.size = size
 
 
 class InvalidConfigError(KafkaError, ValueError, TypeError):

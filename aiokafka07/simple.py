@@ -3,7 +3,8 @@
 Beyond the 0.7.2 SimpleConsumer: broker errors become typed exceptions as soon as a
 fetch answers; :meth:`SimpleConsumer.messages` iterates a partition from an offset with the
 next fetch already in flight while the current batch is handed out, grows the fetch size
-when a message does not fit (up to a limit, then a clear error), can poll when caught up
+when a message does not fit (up to a limit, then a clear error; an offset that is not a
+message start is a typed error at once, see :mod:`.fetch_size`), can poll when caught up
 and stop at an end offset. Like the Java client, a request that meets a broken connection
 is sent once more on a fresh one (fetches and offsets are safe to repeat).
 """
@@ -19,12 +20,13 @@ from typing import NamedTuple, TypeVar
 from .connection import BrokerAddress, BrokerConnection
 from .errors import (
     BrokerError,
+    CompressionError,
     InvalidConfigError,
-    InvalidMessageSizeError,
     KafkaConnectionError,
     ProtocolError,
     RequestTimeoutError,
 )
+from .fetch_size import FetchSizer, decompression_bound
 from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
 from .protocol.requests import validate_topic
@@ -63,11 +65,13 @@ class SimpleConsumer:
     """Requests against one broker (an async context manager; connects lazily).
 
     ``fetch_size`` is 0.7.2's ``fetch.size``; :meth:`messages` grows it for a larger
-    message, up to ``max_fetch_size``. ``request_timeout`` is ``socket.timeout.ms`` (a
-    real read timeout); ``receive_buffer`` is ``socket.buffersize`` (default: leave the
-    kernel's autotuning on, which lets the next fetch land while a batch is handed out;
-    0.7.2's 64 KiB throttles that). Pass a shared
-    ``pool`` to reuse connections of a larger client.
+    message, up to ``max_fetch_size``. ``max_decompressed_bytes`` bounds what the
+    compressed wrappers of one fetch may decompress to (default: ``max_fetch_size``, at
+    least 64 MiB; see :func:`~aiokafka07.fetch_size.decompression_bound`).
+    ``request_timeout`` is ``socket.timeout.ms`` (a real read timeout); ``receive_buffer``
+    is ``socket.buffersize`` (default: leave the kernel's autotuning on, which lets the
+    next fetch land while a batch is handed out; 0.7.2's 64 KiB throttles that). Pass a
+    shared ``pool`` to reuse connections of a larger client.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class SimpleConsumer:
         broker_id: int | None = None,
         fetch_size: int = FETCH_SIZE,
         max_fetch_size: int = 64 * FETCH_SIZE,
+        max_decompressed_bytes: int | None = None,
         request_timeout: float = 30.0,
         connect_timeout: float = 5.0,
         receive_buffer: int | None = None,
@@ -96,6 +101,7 @@ class SimpleConsumer:
         self.address = BrokerAddress(broker_id, host, port)
         self.fetch_size = fetch_size
         self.max_fetch_size = max_fetch_size
+        self.max_decompressed_bytes = decompression_bound(max_fetch_size, max_decompressed_bytes)
         self._own_pool = pool is None
         self._pool = pool or ConnectionPool(
             request_timeout=request_timeout,
@@ -139,7 +145,8 @@ class SimpleConsumer:
         """Fetch from ``offset``; raise the broker's error as a typed exception.
 
         A first message larger than ``max_size`` raises InvalidMessageSizeError, whose
-        ``size`` tells how large the fetch must be.
+        ``size`` tells how large the fetch must be (:meth:`batches` grows the fetch
+        itself).
         """
         size = self.fetch_size if max_size is None else max_size
         validate_topic(topic)
@@ -181,9 +188,14 @@ class SimpleConsumer:
                 offset,
                 message_type=ConsumerRecord,
                 prefix=(topic, self.address.broker_id, partition),
+                max_decompressed=self.max_decompressed_bytes,
             )
         except ProtocolError as exc:
-            exc.args = (f"{topic}/{partition} at offset {offset}: {exc}",)
+            # Named at the bad entry's own offset (its position counts from ``offset``).
+            where = f"{topic}/{partition} at offset {offset + (exc.position or 0)}"
+            over = isinstance(exc, CompressionError) and exc.limit is not None
+            hint = " (max_decompressed_bytes)" if over else ""
+            exc.args = (f"{where}: {exc}{hint}",)
             raise
         return FetchResult(topic, partition, offset, records, offset + valid)
 
@@ -207,12 +219,17 @@ class SimpleConsumer:
         only messages that end at or before it.
         """
         validate_topic(topic)
-        size = fetch_size or self.fetch_size
+        sizer = FetchSizer(
+            topic,
+            partition,
+            fetch_size or self.fetch_size,
+            max(self.max_fetch_size, fetch_size or 0),
+        )
         pending: asyncio.Task[FetchResponse] | None = None
         conn = await self.connection()
 
         def start(at: int) -> asyncio.Task[FetchResponse]:
-            return asyncio.ensure_future(conn.fetch(topic, partition, at, size))
+            return asyncio.ensure_future(conn.fetch(topic, partition, at, sizer.size))
 
         try:
             pending = start(offset)
@@ -226,7 +243,7 @@ class SimpleConsumer:
                     if not conn.closed:
                         raise
                     conn = await self.connection()  # one fresh connection, as in Java
-                    response = await conn.fetch(topic, partition, offset, size)
+                    response = await conn.fetch(topic, partition, offset, sizer.size)
                 pending = None
                 data = response.message_set
                 cut = end_offset is not None and len(data) > end_offset - offset
@@ -238,15 +255,33 @@ class SimpleConsumer:
                     response = response._replace(message_set=data[: max(0, end_offset - offset)])
                 try:
                     result = self._result(topic, partition, offset, response).raise_for_error()
-                except InvalidMessageSizeError as exc:
-                    if exc.position != 0 or exc.size is None:
+                except ProtocolError as exc:
+                    declared = FetchSizer.incomplete_first(exc)
+                    if declared is None:
+                        if exc.decoded is not None and exc.decoded.messages:
+                            # Hand out what came before the bad entry first, as Java does.
+                            good = FetchResult(
+                                topic,
+                                partition,
+                                offset,
+                                exc.decoded.messages,
+                                offset + exc.decoded.valid_bytes,
+                            )
+                            yield good
                         raise
+                    if cut and 4 + declared <= len(data):
+                        return  # a whole message, which ends past end_offset
+                    await self._judge(sizer, partition, offset, declared, len(data), grow=not cut)
                     if cut:
-                        return  # the next entry ends past end_offset
-                    size = self._grown(size, exc.size + 4, topic, partition, offset)
+                        return  # a message that may be real, and ends past end_offset
                     pending = start(offset)
                     continue
                 messages, next_offset = result.messages, result.next_offset
+                if next_offset == offset and data and not cut:
+                    # Fewer than 4 bytes, no error: a cut entry (or a tiny fetch size).
+                    await self._judge(sizer, partition, offset, None, len(data), grow=True)
+                    pending = start(offset)
+                    continue
                 done = cut or (end_offset is not None and next_offset >= end_offset)
                 if not done and next_offset != offset:
                     pending = start(next_offset)
@@ -266,15 +301,27 @@ class SimpleConsumer:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await pending
 
-    def _grown(self, size: int, needed: int, topic: str, partition: int, offset: int) -> int:
-        if needed > self.max_fetch_size:
-            raise InvalidMessageSizeError(
-                f"{topic}/{partition}: the message at offset {offset} needs a fetch size of "
-                f"{needed} bytes, above the limit of {self.max_fetch_size}",
-                position=0,
-                size=needed - 4,
-            )
-        return min(self.max_fetch_size, max(needed, size * 2))
+    async def _judge(
+        self,
+        sizer: FetchSizer,
+        partition: int,
+        offset: int,
+        declared: int | None,
+        received: int,
+        *,
+        grow: bool,
+    ) -> None:
+        """A fetch at ``offset`` brought no complete message: raise the typed error if the
+        entry there cannot be one, else (``grow``) enlarge the next fetch. The log end
+        comes from OFFSETS when the fetch alone cannot tell."""
+        log_end = None
+        if sizer.needs_log_end(received):
+            offsets = await self.offsets_before(sizer.topic, partition, LATEST)
+            log_end = offsets[0] if offsets else None
+        if grow:
+            sizer.grow(offset, declared, received, log_end)
+        else:
+            sizer.check(offset, declared, received, log_end)
 
     async def messages(
         self,

@@ -89,3 +89,16 @@ def test_spark_benchmark_reports_both_core_counts_and_the_ceiling() -> None:
         assert spark["rows_per_s"] > 0
         assert spark["ceiling_rows_per_s"] > 0
     assert figures["scaling_2_over_1"] > 0
+
+
+def test_hostile_benchmark_reports_bomb_snappy_and_mid_message_figures() -> None:
+    figures = run_json("bench_hostile.py", "--reps", "1", "--bomb-mib", "128")
+    bomb = figures["bomb"]
+    assert bomb["refused_after_s"]["median"] > 0
+    assert bomb["healthy_round_trips_during_bomb"]["median"] > 0
+    assert bomb["broker_peak_rss_bytes"]["after"] > 0
+    assert figures["snappy_22_bytes"]["outcomes"]
+    cases = figures["mid_message_offset"]
+    assert cases["floor_valid_offset"]["outcome"] == ["none: a batch"]
+    for name, case in cases.items():
+        assert case["requests"]["median"] > 0, name

@@ -292,6 +292,26 @@ def test_fsync_paths(tmp_path: Path, clock: Clock) -> None:
     log.close()
 
 
+def test_try_append_leaves_a_roll_that_must_sync_to_the_caller(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A caller on an event loop uses try_append; when the finished segment of a due
+    roll still needs its fsync, nothing happens and the caller appends from a thread."""
+    config = LogConfig(flush_interval_messages=500, segment_bytes=50)
+    log = Log(tmp_path / "t-0", config, clock=clock)
+    assert log.try_append(E36, 1) == (0, 36)
+    assert log.try_append(E36, 1) == (36, 72)
+    assert log.try_append(E36, 1) is None  # 72 > 50: a roll, and 72 bytes unsynced
+    assert log.log_end_offset == 72
+    assert log.append(E36, 1) == (72, 108)  # syncs, rolls, appends
+    assert log.try_append(E36, 1) == (108, 144)  # the new segment: no roll due
+    no_fsync = Log(tmp_path / "u-0", LogConfig(fsync=False, segment_bytes=50), clock=clock)
+    for i in range(4):
+        assert no_fsync.try_append(E36, 1) == (36 * i, 36 * i + 36)  # nothing to sync
+    log.close()
+    no_fsync.close()
+
+
 def test_flush_in_a_thread_while_appending(make_log: Callable[..., Log]) -> None:
     log = make_log(flush_interval_messages=1_000_000)
     stop = threading.Event()

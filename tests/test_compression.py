@@ -1,10 +1,14 @@
-"""gzip as Java writes it, xerial-framed snappy (PROTOCOL §8.3-§8.4)."""
+"""gzip as Java writes and reads it, xerial-framed snappy (PROTOCOL §8.3-§8.4), and the
+bound on what decompression may produce."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import random
 import struct
 import zlib
+from pathlib import Path
 
 import cramjam
 import pytest
@@ -19,9 +23,14 @@ from aiokafka07.protocol import (
     snappy_compress,
     snappy_decompress,
 )
-from aiokafka07.protocol.compression import decompress_buffer
+from aiokafka07.protocol.compression import (
+    DEFAULT_MAX_DECOMPRESSED,
+    INFLATE_STEP,
+    decompress_buffer,
+)
 
 XERIAL_HEADER = bytes.fromhex("82534e41505059000000000100000001")
+JAVA_ANSWERS = Path(__file__).parent / "data" / "gzip-java" / "java17-answers.txt.gz"
 
 
 def test_gzip_is_what_java_writes() -> None:
@@ -42,8 +51,72 @@ def test_gzip_reads_concatenated_members_and_python_gzip() -> None:
 def test_corrupt_gzip_is_a_compression_error() -> None:
     out = gzip_compress(b"x" * 1000)
     for bad in (b"", b"garbage", out[:-4], out[:12]):
-        with pytest.raises(CompressionError):
+        with pytest.raises(CompressionError) as info:
             gzip_decompress(bad)
+        assert info.value.limit is None  # corrupt, not over the bound
+
+
+def _java_answers() -> list[tuple[bytes, str]]:
+    with gzip.open(JAVA_ANSWERS, "rt") as lines:
+        rows = [line.rstrip("\n").split(" ") for line in lines]
+    return [(bytes.fromhex(case), answer) for case, answer in rows]
+
+
+def test_gzip_accepts_exactly_what_java_accepts() -> None:
+    """Every payload of tests/data/gzip-java: output (or error) as Java 17's
+    GZIPInputStream read by 0.7.2 gives it, trailing bytes and members included."""
+    answers = _java_answers()
+    assert len(answers) == 1639
+    kinds = {answer.partition(":")[0] for _, answer in answers}
+    assert kinds == {"ok", "error"}
+    for case, answer in answers:
+        try:
+            got = "ok:" + hashlib.sha256(gzip_decompress(case)).hexdigest()[:32]
+        except CompressionError:
+            got = "error"
+        assert got == (answer if answer.startswith("ok:") else "error"), case.hex()
+
+
+def test_gzip_trailing_bytes_as_java_reads_them() -> None:
+    """The rule behind the answers: after a member, Java reads on only if more than 26
+    bytes were left in its 512-byte buffer and they start a well-formed header."""
+    one, two = gzip_compress(b"one"), gzip_compress(b"two")
+    assert gzip_decompress(one + bytes(100)) == b"one"  # zeros after a member
+    assert gzip_decompress(one + b"trailing garbage, any length") == b"one"
+    assert gzip_decompress(one + two + b"\x1f\x8b") == b"onetwo"  # a broken header
+    # A well-formed header commits Java to a member, which must then be whole.
+    with pytest.raises(CompressionError):
+        gzip_decompress(one + two[:-8] + bytes(30))  # its trailer: zeros
+    # A member whose deflate data ends within 26 bytes of the end of one of Java's
+    # 512-byte reads (which start after the first header, at 10) ends the stream: Java
+    # never looks at what follows, even a whole member. Python's gzip reads on.
+    rng = random.Random(7)
+    for size in range(900, 1200):
+        data = rng.randbytes(size)  # incompressible: stored, so the length moves by 1
+        first = gzip_compress(data)
+        deflate_end = len(first) - 8
+        left = 10 + 512 * -(-(deflate_end - 10) // 512) - deflate_end
+        if 8 < left <= 26:
+            break
+    else:
+        raise AssertionError("no size puts the end of the deflate data there")
+    assert gzip_decompress(first + two) == data
+    assert gzip.decompress(first + two) == data + b"two"
+
+
+def test_gzip_output_is_bounded() -> None:
+    data = bytes(5 * INFLATE_STEP + 123)
+    bomb = gzip_compress(data)
+    assert len(bomb) < len(data) // 500
+    assert gzip_decompress(bomb, max_size=len(data)) == data
+    with pytest.raises(CompressionError, match=str(len(data) - 1)) as info:
+        gzip_decompress(bomb, max_size=len(data) - 1)
+    assert info.value.limit == len(data) - 1
+    # The bound counts every member of a payload together.
+    with pytest.raises(CompressionError):
+        gzip_decompress(gzip_compress(b"a" * 600) + gzip_compress(b"b" * 600), max_size=1000)
+    assert gzip_decompress(gzip_compress(b""), max_size=0) == b""
+    assert DEFAULT_MAX_DECOMPRESSED == 64 << 20
 
 
 @pytest.mark.parametrize("size", [0, 1, 32767, 32768, 32769, 65536, (1 << 20) + 17])
@@ -97,6 +170,43 @@ def test_corrupt_snappy_is_a_compression_error(bad: bytes) -> None:
         snappy_decompress(bad)
 
 
+def test_snappy_declared_length_is_checked_before_allocating() -> None:
+    """The 22-byte message set that made cramjam allocate 3.3 GiB: its raw block declares
+    3,572,681,096 bytes, refused against the bound before any allocation."""
+    block = bytes.fromhex("8893cba70d8c61af91886776")
+    with pytest.raises(CompressionError, match="67108864") as info:
+        snappy_decompress(block)
+    assert info.value.limit == DEFAULT_MAX_DECOMPRESSED
+    data = b"snappy " * 1000
+    raw = bytes(cramjam.snappy.compress_raw(data))
+    assert snappy_decompress(raw, max_size=len(data)) == data
+    with pytest.raises(CompressionError):
+        snappy_decompress(raw, max_size=len(data) - 1)
+    # Across xerial chunks the declared lengths add up.
+    framed = snappy_compress(bytes(100_000))
+    assert snappy_decompress(framed, max_size=100_000) == bytes(100_000)
+    with pytest.raises(CompressionError) as over:
+        snappy_decompress(framed, max_size=99_999)
+    assert over.value.limit == 99_999
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"", b"\x80", b"\xff\xff\xff\xff\x7f", b"\x80\x80\x80\x80\x80\x01"],
+    ids=["empty", "cut", "over-32-bits", "six-bytes"],
+)
+def test_bad_snappy_length_headers_are_corrupt(header: bytes) -> None:
+    with pytest.raises(CompressionError) as info:
+        snappy_decompress(header + b"data")
+    assert info.value.limit is None
+
+
+def test_bounds_must_be_non_negative_ints() -> None:
+    for decompress_ in (gzip_decompress, snappy_decompress):
+        with pytest.raises(ValueError, match="bound"):
+            decompress_(b"x", max_size=-1)
+
+
 def test_codec_parsing() -> None:
     assert Compression.parse(None) is Compression.NONE
     assert Compression.parse("gzip") is Compression.GZIP
@@ -112,5 +222,8 @@ def test_codec_parsing() -> None:
 def test_generic_compress_roundtrip() -> None:
     for codec in Compression:
         assert decompress(codec, compress(codec, b"payload" * 10)) == b"payload" * 10
+    for codec in (Compression.GZIP, Compression.SNAPPY):
+        with pytest.raises(CompressionError):
+            decompress(codec, compress(codec, b"payload" * 10), max_size=69)
     with pytest.raises(UnknownCodecError):
         decompress_buffer(3, b"x")

@@ -29,7 +29,12 @@ from aiokafka07.protocol import (
     entry_size,
     gzip_compress,
 )
-from aiokafka07.protocol.messages import MAX_WRAPPER_DEPTH
+from aiokafka07.protocol.messages import (
+    MAX_WRAPPER_DEPTH,
+    SetSummary,
+    count_messages,
+    summarize_message_set,
+)
 
 
 def raw_entry(
@@ -213,9 +218,17 @@ def test_corrupt_inner_data_is_reported_at_the_wrapper(impl: ModuleType) -> None
 
 
 def test_inner_set_with_partial_first_entry_is_an_error(impl: ModuleType) -> None:
+    """Corrupt data, never "the fetch is too small": ``available`` is None, so no
+    consumer grows its fetch size for it (the issue's 41,079 fetches in 10 s)."""
     wrapper = raw_entry(gzip_compress(raw_entry(b"abc")[:-1]), attributes=1)
-    with pytest.raises(InvalidMessageSizeError):
-        decode_message_set(wrapper)
+    for data in (wrapper, encode_message_set([b"before"]) + wrapper):
+        with pytest.raises(InvalidMessageSizeError, match="compressed message set") as info:
+            decode_message_set(data)
+        assert info.value.available is None
+        assert info.value.position == len(data) - len(wrapper)
+    with pytest.raises(InvalidMessageSizeError) as counted:
+        count_messages(wrapper)
+    assert counted.value.available is None
 
 
 def test_inner_set_partial_tail_is_dropped(impl: ModuleType) -> None:
@@ -272,3 +285,78 @@ def test_entry_size() -> None:
     assert entry_size(100) == 110
     assert entry_size(100, magic=0) == 109
     assert len(encode_message_set([b"x" * 100])) == entry_size(100)
+
+
+# -- the bound on decompressed bytes --------------------------------------------------------
+
+
+def test_22_bytes_declaring_3_gib_are_a_typed_error(impl: ModuleType) -> None:
+    """The issue's input: one snappy wrapper whose raw block declares 3,572,681,096 bytes."""
+    data = bytes.fromhex("000000120102c11df6288893cba70d8c61af91886776")
+    for run in (decode_message_set, count_messages):
+        with pytest.raises(CompressionError) as info:
+            run(data)
+        assert info.value.limit == 64 << 20
+        assert info.value.position == 0
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY])
+def test_the_bound_counts_every_wrapper_of_a_set(impl: ModuleType, codec: Compression) -> None:
+    inner = encode_message_set([b"v" * 1000])  # 1010 bytes decompressed
+    wrapper = encode_wrapper(codec, inner)
+    assert decode_message_set(wrapper, max_decompressed=len(inner)).messages
+    # The first entry over the bound: a typed error naming the bound.
+    with pytest.raises(CompressionError, match=str(len(inner) - 1)) as info:
+        decode_message_set(wrapper, max_decompressed=len(inner) - 1)
+    assert info.value.limit == len(inner) - 1
+    assert info.value.decoded.messages == []
+    # A later wrapper over what is left: decoding stops in front of it, like at a
+    # partial tail, so a consumer fetches again from there with the whole bound.
+    plain = encode_message_set([b"p"])
+    data = plain + wrapper + wrapper + plain
+    decoded = decode_message_set(data, max_decompressed=len(inner) * 2 - 1)
+    assert [m.value for m in decoded.messages] == [b"p", b"v" * 1000]
+    assert decoded.valid_bytes == len(plain + wrapper)
+    rest = decode_message_set(data[decoded.valid_bytes :], max_decompressed=len(inner) * 2 - 1)
+    assert [m.value for m in rest.messages] == [b"v" * 1000, b"p"]
+    # Counting (the broker's check) refuses the whole set instead.
+    assert count_messages(data, max_decompressed=len(inner) * 2) == 4
+    with pytest.raises(CompressionError):
+        count_messages(data, max_decompressed=len(inner) * 2 - 1)
+
+
+def test_nested_wrappers_share_the_bound(impl: ModuleType) -> None:
+    """A wrapper of wrappers cannot multiply the bound: inner output counts too."""
+    leaf = encode_message_set([bytes(10_000)], compression="gzip")  # ~60 bytes
+    outer = encode_wrapper("gzip", leaf * 50)  # 50 x 10 KB inside ~3 KB
+    total = len(leaf) * 50 + 50 * entry_size(10_000)
+    assert len(decode_message_set(outer, max_decompressed=total).messages) == 50
+    assert count_messages(outer, max_decompressed=total) == 50
+    for run in (decode_message_set, count_messages):
+        with pytest.raises(CompressionError) as info:
+            run(outer, max_decompressed=total - 1)
+        assert info.value.limit == total - 1
+
+
+def test_the_bound_must_be_a_non_negative_int(impl: ModuleType) -> None:
+    with pytest.raises(ValueError, match="max_decompressed"):
+        decode_message_set(b"", max_decompressed=-1)
+
+
+def test_summary_checks_the_top_level_without_decoding(impl: ModuleType) -> None:
+    wrapper = encode_message_set([b"a", b"bb"], compression="snappy")
+    data = encode_message_set([b"x" * 50, b"y"]) + wrapper + encode_message_set([b"z"])[:-1]
+    assert summarize_message_set(data) == SetSummary(
+        valid_bytes=len(data) - entry_size(1) + 1,
+        messages=3,
+        wrappers=1,
+        largest_payload=max(50, len(wrapper) - 10),
+    )
+    assert count_messages(data) == 4
+    assert summarize_message_set(b"") == SetSummary(0, 0, 0, 0)
+    with pytest.raises(InvalidMessageError) as info:
+        summarize_message_set(encode_message_set([b"ok"]) + raw_entry(b"x", crc=1))
+    assert info.value.position == entry_size(2)
+    with pytest.raises(InvalidMessageSizeError) as partial:
+        summarize_message_set(raw_entry(b"abc")[:-1])
+    assert partial.value.available == 8

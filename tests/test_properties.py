@@ -44,6 +44,7 @@ from aiokafka07.protocol import (
     snappy_compress,
     snappy_decompress,
 )
+from aiokafka07.protocol.messages import count_messages, summarize_message_set
 
 from .conftest import IMPLEMENTATIONS
 
@@ -192,6 +193,51 @@ def test_c_and_python_codecs_agree(data: bytes, base: int, shallow: bool) -> Non
     finally:
         _accel.impl = saved
     assert a == b
+
+
+ANY_SET = st.one_of(
+    st.binary(max_size=300),
+    entry_lists.map(lambda e: build(e)[0]),
+    st.tuples(entry_lists.filter(bool), st.integers(0), st.integers(0, 255)).map(
+        lambda t: _flip(build(t[0])[0], t[1], t[2])
+    ),
+)
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C accelerator is not built here")
+@given(ANY_SET, st.booleans(), st.integers(0, 300))
+def test_c_and_python_summaries_agree(data: bytes, shallow: bool, start: int) -> None:
+    fast, pure = IMPLEMENTATIONS
+    pos = min(start, len(data))
+    assert fast.summarize(data, pos, shallow) == pure.summarize(data, pos, shallow)
+
+
+@given(ANY_SET, st.integers(0, 5000))
+def test_counting_agrees_with_decoding(impl: ModuleType, data: bytes, bound: int) -> None:
+    """The broker's count (nothing built) finds what decoding finds: the same number of
+    messages, or the same error at the same position, within the same bound (except
+    that past the bound counting refuses the set, where decoding stops in front of the
+    wrapper that crosses it)."""
+    decoded = outcome(lambda: len(decode_message_set(data, max_decompressed=bound).messages))
+    over: int | None = None
+    try:
+        counted: Any = ("ok", count_messages(data, max_decompressed=bound))
+    except ProtocolError as exc:
+        counted = ("error", type(exc), str(exc), exc.position)
+        over = exc.limit if isinstance(exc, CompressionError) else None
+    if over is not None:
+        assert over == bound
+        assert decoded[0] == "ok" or decoded[1] is CompressionError
+        return
+    assert decoded == counted
+    summary = outcome(lambda: summarize_message_set(data))
+    shallow = outcome(lambda: decode_message_set(data, shallow=True))
+    if summary[0] == "ok":
+        assert shallow[0] == "ok"
+        assert summary[1].messages == len(shallow[1].messages)
+        assert summary[1].valid_bytes == shallow[1].valid_bytes
+    else:
+        assert summary == shallow
 
 
 def _flip(buf: bytes, where: int, value: int) -> bytes:

@@ -18,6 +18,7 @@ from aiokafka07.errors import (
     InvalidPartitionError,
     InvalidTopicError,
     KafkaConnectionError,
+    MessageTooLargeError,
     OffsetOutOfRangeError,
     RequestTimeoutError,
     UnknownError,
@@ -411,10 +412,11 @@ async def test_fetch_size_grows_up_to_the_limit(cluster: KafkaCluster) -> None:
     await producer.produce("grow", 0, [b"D" * (limit - 9), b"never"], confirm=True)
     async with consumer_for(cluster, fetch_size=64, max_fetch_size=limit) as consumer:
         got: list[ConsumerRecord] = []
-        with pytest.raises(InvalidMessageSizeError) as info:
+        with pytest.raises(MessageTooLargeError) as info:
             await drain(consumer.messages("grow", 0, 0), got)
         assert got == expected  # everything before the oversized message first
         assert info.value.size == limit - 9 + 6
+        assert info.value.offset == too_big_at
         assert f"offset {too_big_at}" in str(info.value)
         assert str(limit) in str(info.value)
         # Same limit for a single fetch: the error says how big the fetch must be.

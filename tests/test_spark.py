@@ -11,6 +11,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +29,8 @@ from aiokafka07.spark import activate, local_session
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.znodes import GroupRegistry
 from aiokafka07.zookeeper import ZooKeeper
+
+from .test_fetch_size import INNER_PARTIAL_SET, write_inner_partial_wrapper
 
 T = TypeVar("T")
 
@@ -158,6 +161,40 @@ async def test_out_of_range_start_fails_or_starts_at_the_earliest(
             spark, zookeeper, topic="lost", startingOffsets=beyond, failOnDataLoss="false"
         )
         assert [r[4] for r in await rows(df)] == [b"a", b"b"]
+
+
+async def test_a_start_inside_a_message_fails_the_task_with_the_typed_error(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str, tmp_path: Path
+) -> None:
+    """The issue's ``startingOffsets={"1-0": 5}`` spun a task for 12 minutes: the "size"
+    read inside a message is larger than the log. The task now fails at once with the
+    typed error naming the offset; a micro-batch cut on the driver does too."""
+    async with kafka_cluster(1, num_partitions=1):
+        values = [b"\x00\xd3\x4c\x8f view %d" % i for i in range(200)]  # 13,847,695 as a size
+        await produce(zookeeper, "torn", values, "none", [(0, 0)])
+        inside = json.dumps({"0-0": 10})  # the first message's payload
+        started = time.monotonic()
+        with pytest.raises(Exception, match=r"torn/0 at offset 10: .*not the offset of a message"):
+            await rows(await load(spark, zookeeper, topic="torn", startingOffsets=inside))
+        options = {"topic": "torn", "startingOffsets": inside, "maxBytesPerTrigger": "1000"}
+        query = await spark_call(
+            start_stream, spark, zookeeper, tmp_path / "cp", tmp_path / "sink", options
+        )
+        with pytest.raises(Exception, match=r"torn/0-0 at offset 10: .*not the offset of a"):
+            await spark_call(query.awaitTermination, 60)
+        assert time.monotonic() - started < 60
+
+
+async def test_corrupt_data_inside_a_wrapper_fails_the_task_with_the_typed_error(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str
+) -> None:
+    """A wrapper whose inner set starts with a partial entry (the issue: 41,079 fetches
+    in 10 s) fails the task at once, naming the wrapper's offset."""
+    async with kafka_cluster(1, num_partitions=1) as cluster:
+        await produce(zookeeper, "wrapped", INNER_PARTIAL_SET, "none", [(0, 0)], batch_size=3)
+        at = write_inner_partial_wrapper(cluster.broker(0).config.log_dir, "wrapped")
+        with pytest.raises(Exception, match=rf"wrapped/0 at offset {at}: in the compressed"):
+            await rows(await load(spark, zookeeper, topic="wrapped"))
 
 
 async def test_bad_options_fail_the_action_naming_the_option(

@@ -411,6 +411,30 @@ class Log:
         and an empty set writes nothing. With ``flush=False`` a count-based flush is left
         to the caller (see :attr:`flush_pending`), e.g. to fsync off the event loop.
         """
+        appended = self._append(message_set, message_count, flush=flush, may_sync=True)
+        assert appended is not None
+        return appended
+
+    def try_append(
+        self,
+        message_set: bytes | bytearray | memoryview,
+        message_count: int,
+        *,
+        flush: bool = True,
+    ) -> tuple[int, int] | None:
+        """:meth:`append`, unless the finished segment of a due roll must be fsynced
+        first: then nothing is appended and None is returned, so that a caller on an
+        event loop can append from a worker thread instead."""
+        return self._append(message_set, message_count, flush=flush, may_sync=False)
+
+    def _append(
+        self,
+        message_set: bytes | bytearray | memoryview,
+        message_count: int,
+        *,
+        flush: bool,
+        may_sync: bool,
+    ) -> tuple[int, int] | None:
         if message_count < 0:
             raise ValueError("message_count must not be negative")
         data = memoryview(message_set).cast("B")
@@ -434,6 +458,8 @@ class Log:
                     self._unflushed += message_count
                     flush_now = self._unflushed >= self.config.flush_interval_messages
                     break
+            if not may_sync:
+                return None
             # The segment being finished must be durable before it is marked flushed;
             # sync it outside the lock, then check again (another thread may have acted).
             synced = (active, self._sync(active))

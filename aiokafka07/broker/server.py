@@ -11,7 +11,17 @@ Behaviour follows PROTOCOL §1-§12 and the captures in ``observed/wire-samples`
 * FETCH answers errors 0, 1, 3 and -1 where the real broker does, returns raw log bytes
   from one segment up to the flushed end, often ending in a partial message;
 * a produced message whose payload exceeds ``max.message.size`` makes the broker drop
-  that produce silently (the connection stays open).
+  that produce silently (the connection stays open);
+* a produced compressed set is validated deeply, as 0.7.2 does, but within
+  ``max.decompressed.bytes``: a set whose wrappers would decompress to more is refused
+  like any invalid produce (the connection is closed, nothing appended) and logged.
+
+Heavy work stays off the event loop, so other connections keep being served: inflating
+a compressed set runs in a worker thread (one set at a time, so memory for it stays
+within one bound), as do fsyncs (count-based flushes, the flusher, a segment roll that
+must sync first) and retention's unlinks. Background loops (flusher, retention, topic
+registration) run under a :class:`~aiokafka07.supervisor.Supervisor` and are restarted
+with backoff if they crash.
 
 Storage is :mod:`.log`; ZooKeeper registration (ZOOKEEPER §2) goes through
 :class:`aiokafka07.zookeeper.ZooKeeper`. The broker binds to ``hostname`` when set and to
@@ -27,9 +37,16 @@ import random
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import InvalidPartitionError, InvalidTopicError, OffsetOutOfRangeError, ProtocolError
+from ..errors import (
+    CompressionError,
+    InvalidPartitionError,
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    ProtocolError,
+)
 from ..protocol import (
     FetchRequest,
     MultiFetchRequest,
@@ -37,13 +54,14 @@ from ..protocol import (
     OffsetsRequest,
     ProduceRequest,
     Request,
-    decode_message_set,
     decode_request,
     encode_fetch_response,
     encode_multifetch_response,
     encode_offsets_response,
     validate_topic,
 )
+from ..protocol.messages import count_messages, summarize_message_set
+from ..supervisor import CrashPolicy, Supervisor
 from ..znodes import register_broker, register_topic
 from ..zookeeper import ZooKeeper
 from .config import BrokerConfig
@@ -60,7 +78,12 @@ _NEGATIVE_FETCH_SIZE_REPLY = bytes.fromhex("0000000100")
 
 
 class _Close(Exception):
-    """Close the connection without writing anything (the 0.7.2 reaction to errors)."""
+    """Close the connection without writing anything (the 0.7.2 reaction to errors);
+    logged at ``level``."""
+
+    def __init__(self, message: str, *, level: int = logging.INFO) -> None:
+        super().__init__(message)
+        self.level = level
 
 
 class Broker:
@@ -81,8 +104,10 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._supervisor = Supervisor(f"broker-{config.broker_id}", log)
         self._ready = asyncio.Event()
+        # One compressed set is inflated at a time: memory for it stays within one bound.
+        self._inflating = asyncio.Semaphore(1)
         self._topics_to_register: asyncio.Queue[str] = asyncio.Queue()
         self._registered_topics: set[str] = set()
         self._flushing: set[Log] = set()
@@ -123,6 +148,8 @@ class Broker:
             return
         config = self.config
         self._ready.clear()
+        if self._supervisor.closed:  # started again after a stop
+            self._supervisor = Supervisor(f"broker-{config.broker_id}", log)
         self.logs = await asyncio.to_thread(
             LogManager,
             config.log_dir,
@@ -144,13 +171,13 @@ class Broker:
                 await self.zookeeper.start()
                 self.zookeeper.add_session_listener(self._register_everything)
                 await self._register_everything()
-                self._tasks.append(asyncio.create_task(self._topic_registrar()))
+                self._spawn("topic-registrar", self._topic_registrar)
         except BaseException:
             # Not a crash: the caller gets the exception, and reports it.
             await self._shutdown(clean=False, outcome="did not start")
             raise
-        self._tasks.append(asyncio.create_task(self._flusher()))
-        self._tasks.append(asyncio.create_task(self._retention()))
+        self._spawn("flusher", self._flusher)
+        self._spawn("retention", self._retention)
         self._ready.set()
         log.info("broker %d serving on %s:%d", self.broker_id, self.host, self.port)
 
@@ -184,14 +211,13 @@ class Broker:
             _, stuck = await asyncio.wait(list(self._connections), timeout=5)
             for task in stuck:
                 task.cancel()
-        for task in self._tasks:
-            task.cancel()
-        # Flushes already running complete either way: a thread cannot be interrupted.
-        await asyncio.gather(
-            *self._connections, *self._tasks, *self._flush_tasks, return_exceptions=True
-        )
+        # Flushes already running complete either way (a thread cannot be interrupted):
+        # wait for them before the supervisor cancels what is left.
+        if self._flush_tasks:
+            await asyncio.wait(list(self._flush_tasks), timeout=30)
+        await self._supervisor.aclose()
+        await asyncio.gather(*self._connections, return_exceptions=True)
         self._connections.clear()
-        self._tasks.clear()
         self._writers.clear()
         if server is not None:
             await server.wait_closed()
@@ -242,9 +268,16 @@ class Broker:
 
     # -- background work ---------------------------------------------------------------
 
+    def _spawn(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run a housekeeping loop, restarted with backoff if it crashes (its work is
+        retried by the next run: a flush, a retention pass, a registration)."""
+        self._supervisor.spawn(name, loop, policy=CrashPolicy.RESTART, max_restarts=100)
+
     def _flush_in_background(self, partition_log: Log) -> None:
         if partition_log in self._flushing:
             return  # a flush is running; it or the next append covers the new data
+        if self._supervisor.closed:
+            return  # shutting down: closing the logs flushes them
 
         async def flush() -> None:
             try:
@@ -253,7 +286,10 @@ class Broker:
                 self._flushing.discard(partition_log)
 
         self._flushing.add(partition_log)
-        task = asyncio.create_task(flush())
+        # A failed flush is logged; the data stays unflushed and the flusher retries it.
+        task = self._supervisor.spawn(
+            f"flush-{partition_log.name}", flush(), policy=CrashPolicy.LOG
+        )
         self._flush_tasks.add(task)
         task.add_done_callback(self._flush_tasks.discard)
 
@@ -268,7 +304,8 @@ class Broker:
         await asyncio.sleep(self.config.log_cleanup_initial_delay_s)
         while True:
             assert self.logs is not None
-            deleted = self.logs.cleanup(int(time.time() * 1000))
+            # Deleting segments unlinks files (and may fsync a roll): a worker thread.
+            deleted = await asyncio.to_thread(self.logs.cleanup, int(time.time() * 1000))
             if deleted:
                 log.info("retention deleted %d segments", deleted)
             await asyncio.sleep(self.config.log_cleanup_interval_mins * 60)
@@ -296,9 +333,9 @@ class Broker:
                     break
                 frame = await reader.readexactly(size)
                 try:
-                    response = self._handle(decode_request(frame))
+                    response = await self._handle(decode_request(frame))
                 except _Close as exc:
-                    log.info("closing %s because of error: %s", peer, exc)
+                    log.log(exc.level, "closing %s because of error: %s", peer, exc)
                     break
                 except ProtocolError as exc:
                     log.info("closing %s: malformed request: %s", peer, exc)
@@ -324,13 +361,13 @@ class Broker:
 
     # -- requests ----------------------------------------------------------------------
 
-    def _handle(self, request: Request) -> bytes | None:
+    async def _handle(self, request: Request) -> bytes | None:
         if isinstance(request, FetchRequest):
             if request.max_size < 0:
                 return _NEGATIVE_FETCH_SIZE_REPLY
             return encode_fetch_response(*self._fetch(request))
         if isinstance(request, ProduceRequest):
-            self._produce(request)
+            await self._produce(request)
             return None
         if isinstance(request, MultiFetchRequest):
             if any(f.max_size < 0 for f in request.fetches):
@@ -338,7 +375,7 @@ class Broker:
             return encode_multifetch_response([self._fetch(f) for f in request.fetches])
         if isinstance(request, MultiProduceRequest):
             for produce in request.produces:
-                self._produce(produce)
+                await self._produce(produce)
             return None
         return encode_offsets_response(self._offsets(request))
 
@@ -373,7 +410,7 @@ class Broker:
             return [0] if request.time in (-1, -2) else []
         return partition_log.offsets_before(request.time, request.max_offsets)
 
-    def _produce(self, request: ProduceRequest) -> None:
+    async def _produce(self, request: ProduceRequest) -> None:
         assert self.logs is not None
         topic = request.topic
         try:
@@ -389,45 +426,61 @@ class Broker:
                 f"wrong partition {partition} of topic {topic!r}: {valid_partitions(count)}"
             )
         data = request.message_set
-        valid_bytes, messages = self._validate(data)
-        if valid_bytes < 0:
+        checked = await self._validate(data)
+        if checked is None:
             return  # a message over max.message.size: the request is dropped
+        valid_bytes, messages = checked
         partition_log, created = self.logs.get_or_create_log(topic, partition)
         if valid_bytes:
-            if self.config.log_flush_fsync:
-                # A count-based flush fsyncs: keep it off the event loop.
-                partition_log.append(bytes(data[:valid_bytes]), messages, flush=False)
-                if partition_log.flush_pending:
-                    self._flush_in_background(partition_log)
-            else:
-                partition_log.append(bytes(data[:valid_bytes]), messages)
+            await self._append(partition_log, bytes(data[:valid_bytes]), messages)
         if created and self.zookeeper is not None and topic not in self._registered_topics:
             self._topics_to_register.put_nowait(topic)
 
-    def _validate(self, data: Any) -> tuple[int, int]:
-        """(valid bytes, message count) of a produced set; (-1, 0) if it must be dropped.
+    async def _append(self, partition_log: Log, data: bytes, messages: int) -> None:
+        if not self.config.log_flush_fsync:
+            partition_log.append(data, messages)
+            return
+        # fsyncs stay off the event loop: a roll that must sync the finished segment
+        # first appends from a worker thread, and a count-based flush runs in one.
+        if partition_log.try_append(data, messages, flush=False) is None:
+            await asyncio.to_thread(partition_log.append, data, messages, flush=False)
+        if partition_log.flush_pending:
+            self._flush_in_background(partition_log)
 
-        Shallow pass: magic, CRC and size of every top-level message; deep pass: every
-        message inside compressed wrappers (PROTOCOL §8.2). Corrupt data closes the
-        connection, as in 0.7.2.
+    async def _validate(self, data: Any) -> tuple[int, int] | None:
+        """(valid bytes, message count) of a produced set; None if it must be dropped.
+
+        Shallow pass (on the loop, nothing built): magic, CRC and size of every top-level
+        message. Deep pass, only for sets with compressed wrappers (PROTOCOL §8.2): every
+        message inside them, inflated in a worker thread within ``max.decompressed.bytes``.
+        Corrupt data, or more than the bound, closes the connection, as 0.7.2 does for
+        invalid produce requests.
         """
         try:
-            shallow = decode_message_set(data, shallow=True)
+            summary = summarize_message_set(data)
         except ProtocolError as exc:
             raise _Close(f"invalid message set: {exc}") from exc
         limit = self.config.max_message_size
-        for message in shallow.messages:
-            if len(message.value) > limit:
-                log.warning(
-                    "dropping a produce: message of %d bytes exceeds max.message.size %d",
-                    len(message.value),
-                    limit,
-                )
-                return -1, 0
-        if not any(m.attributes & 3 for m in shallow.messages):
-            return shallow.valid_bytes, len(shallow.messages)
-        try:
-            deep = decode_message_set(data)
-        except ProtocolError as exc:
-            raise _Close(f"invalid compressed message set: {exc}") from exc
-        return shallow.valid_bytes, len(deep.messages)
+        if summary.largest_payload > limit:
+            log.warning(
+                "dropping a produce: message of %d bytes exceeds max.message.size %d",
+                summary.largest_payload,
+                limit,
+            )
+            return None
+        if not summary.wrappers:
+            return summary.valid_bytes, summary.messages
+        valid = memoryview(data)[: summary.valid_bytes]
+        bound = self.config.decompression_bound()
+        async with self._inflating:
+            try:
+                count = await asyncio.to_thread(count_messages, valid, max_decompressed=bound)
+            except CompressionError as exc:
+                if exc.limit is None:
+                    raise _Close(f"invalid compressed message set: {exc}") from exc
+                raise _Close(
+                    f"refusing a produce over max.decompressed.bytes: {exc}", level=logging.WARNING
+                ) from exc
+            except ProtocolError as exc:
+                raise _Close(f"invalid compressed message set: {exc}") from exc
+        return summary.valid_bytes, count

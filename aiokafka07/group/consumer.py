@@ -33,7 +33,6 @@ from typing import Any, Protocol
 from .. import znodes
 from ..connection import BrokerAddress
 from ..errors import (
-    InvalidMessageSizeError,
     KafkaConnectionError,
     KafkaError,
     OffsetOutOfRangeError,
@@ -41,6 +40,7 @@ from ..errors import (
     ZooKeeperError,
     error_for_code,
 )
+from ..fetch_size import FetchSizer, decompression_bound
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST, FetchRequest, decode_messages_into
 from ..records import ConsumerRecord, TopicPartition
@@ -77,15 +77,15 @@ class _Owned:
         "consumed",
         "epoch",
         "fetch_offset",
-        "fetch_size",
         "halted",
+        "sizer",
         "stream",
         "thread",
         "tp",
     )
 
     def __init__(
-        self, tp: TopicPartition, thread: str, stream: Stream, offset: int, fetch_size: int
+        self, tp: TopicPartition, thread: str, stream: Stream, offset: int, sizer: FetchSizer
     ) -> None:
         self.tp = tp
         self.thread = thread
@@ -93,7 +93,7 @@ class _Owned:
         self.fetch_offset = offset  # where the next fetch starts
         self.consumed = offset  # the next offset after the last record handed out
         self.committed: int | None = None
-        self.fetch_size = fetch_size
+        self.sizer = sizer  # the fetch size, grown for a large message
         self.epoch = 0  # bumped by seek(): answers of fetches sent before are dropped
         # An error was queued for the application: not fetched again until seek().
         self.halted = False
@@ -192,8 +192,10 @@ class Consumer:
     ``"smallest"`` (0.7.2's default), ``"largest"`` or ``"error"``.
 
     Errors of a partition's data or fetches (a corrupt message, a message larger than
-    ``max_fetch_size``, a broker error code such as InvalidPartition, OffsetOutOfRange with
-    ``"error"``) come out of iteration, :meth:`getone` and :meth:`getmany` as typed
+    ``max_fetch_size``, an offset that is not a message start, compressed data over
+    ``max_decompressed_bytes`` (default: ``max_fetch_size``, at least 64 MiB), a broker
+    error code such as InvalidPartition, OffsetOutOfRange with ``"error"``) come out of
+    iteration, :meth:`getone` and :meth:`getmany` as typed
     :class:`~aiokafka07.errors.KafkaError` subclasses naming the partition and offset,
     after the records fetched before them. That partition is then not fetched again
     until :meth:`seek` (e.g. past a corrupt message) or a rebalance gives it to a new
@@ -220,6 +222,7 @@ class Consumer:
         consumer_timeout_ms: float | None = None,
         fetch_size: int = 1048576,
         max_fetch_size: int = 64 * 1048576,
+        max_decompressed_bytes: int | None = None,
         max_prefetch_bytes: int = 4 * 1048576,
         fetch_backoff_ms: float = 100.0,
         rebalance_backoff_ms: float = 100.0,
@@ -241,6 +244,7 @@ class Consumer:
         self.consumer_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
         self.fetch_size = fetch_size
         self.max_fetch_size = max_fetch_size
+        self.max_decompressed_bytes = decompression_bound(max_fetch_size, max_decompressed_bytes)
         self.max_prefetch_bytes = max_prefetch_bytes
         self.fetch_backoff = fetch_backoff_ms / 1000
         self.rebalance_backoff = rebalance_backoff_ms / 1000
@@ -553,7 +557,8 @@ class Consumer:
         for tp in added:
             offset = await self._starting_offset(tp)
             stream = self.streams[int(wanted[tp].rsplit("-", 1)[1]) % len(self.streams)]
-            self._owned[tp] = _Owned(tp, wanted[tp], stream, offset, self.fetch_size)
+            sizer = FetchSizer(tp.topic, tp.name, self.fetch_size, self.max_fetch_size)
+            self._owned[tp] = _Owned(tp, wanted[tp], stream, offset, sizer)
             self._owned[tp].committed = await registry.committed(tp.topic, tp.name)
         await self.commit()  # progress of kept partitions survives a session expiry
         if added and self.listener is not None:
@@ -632,7 +637,7 @@ class Consumer:
                     raise KafkaConnectionError(f"broker {broker_id} is not registered")
                 conn = await self._pool.connection(address)
                 requests = [
-                    FetchRequest(o.tp.topic, o.tp.partition, o.fetch_offset, o.fetch_size)
+                    FetchRequest(o.tp.topic, o.tp.partition, o.fetch_offset, o.sizer.size)
                     for o in owned
                 ]
                 epochs = [o.epoch for o in owned]
@@ -696,24 +701,12 @@ class Consumer:
                 shallow=self.shallow,
                 message_type=ConsumerRecord,
                 prefix=(tp.topic, tp.broker_id, tp.partition),
+                max_decompressed=self.max_decompressed_bytes,
             )
         except ProtocolError as exc:
-            if (
-                isinstance(exc, InvalidMessageSizeError)
-                and exc.position == 0
-                and exc.size is not None
-                and exc.size + 4 <= self.max_fetch_size
-            ):
-                owned.fetch_size = max(exc.size + 4, owned.fetch_size * 2)
-                log.info(
-                    "%s/%s: a %d-byte message at offset %d; fetch size now %d",
-                    tp.topic,
-                    tp.name,
-                    exc.size,
-                    owned.fetch_offset,
-                    owned.fetch_size,
-                )
-                return True  # fetch again at once, larger
+            declared = FetchSizer.incomplete_first(exc)
+            if declared is not None:
+                return await self._grow(owned, declared, len(answer.message_set))
             # The messages before the bad entry are good: hand them out once, then the
             # error, at the bad entry's offset (the position after those messages).
             good = exc.decoded.valid_bytes if exc.decoded is not None else 0
@@ -724,10 +717,46 @@ class Consumer:
             self._halt(owned, exc)
             return good > 0
         if not valid:
+            if answer.message_set:  # fewer than 4 bytes: a cut entry, or a tiny fetch size
+                return await self._grow(owned, None, len(answer.message_set))
             return False
         owned.fetch_offset += valid
         owned.stream._put(owned, records, valid)
         return True
+
+    async def _grow(self, owned: _Owned, declared: int | None, received: int) -> bool:
+        """A fetch brought no complete message: fetch again, larger, at once (True), or
+        halt the partition with the typed error :class:`FetchSizer` decides on."""
+        tp, sizer, offset, epoch = owned.tp, owned.sizer, owned.fetch_offset, owned.epoch
+        try:
+            log_end = await self._log_end(tp) if sizer.needs_log_end(received) else None
+            if owned.epoch != epoch or self._owned.get(tp) is not owned:
+                return False  # sought or revoked meanwhile
+            size = sizer.grow(offset, declared, received, log_end)
+        except KafkaConnectionError as exc:
+            log.warning("%s/%s: asking the log end failed: %s", tp.topic, tp.name, exc)
+            return False  # fetched again after the backoff
+        except KafkaError as exc:
+            self._halt(owned, exc)
+            return False
+        log.info(
+            "%s/%s: a %s-byte message at offset %d; fetch size now %d",
+            tp.topic,
+            tp.name,
+            declared,
+            offset,
+            size,
+        )
+        return True
+
+    async def _log_end(self, tp: TopicPartition) -> int | None:
+        """The partition's log end from OFFSETS (None if the broker has none)."""
+        address = self._brokers.get(tp.broker_id)
+        if address is None:
+            raise KafkaConnectionError(f"broker {tp.broker_id} is not registered")
+        conn = await self._pool.connection(address)
+        offsets = await conn.offsets(tp.topic, tp.partition, LATEST, 1)
+        return offsets[0] if offsets else None
 
     async def _auto_commit(self) -> None:
         while True:

@@ -18,6 +18,7 @@ ST_BAD_MAGIC = 3
 ST_BAD_CRC = 4
 ST_WRAPPER = 5
 ST_BAD_CODEC = 6
+ST_OK = -1  # internal: the entry is a message (never returned)
 
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -26,6 +27,46 @@ _HEAD0 = struct.Struct(">iBI")  # size, magic, crc
 _INT32_MAX = 0x7FFFFFFF
 
 crc32 = zlib.crc32
+
+
+def _check_entry(view: Any, pos: int, end: int, shallow: bool) -> tuple[int, int, int, int, int]:
+    """The entry at ``pos``: ``(ST_OK, size, magic, header, attributes)``, or
+    ``(status, detail, 0, 0, 0)`` for the status that stops a walk there."""
+    if end - pos < 4:
+        return ST_END, 0, 0, 0, 0
+    (n,) = _I32.unpack_from(view, pos)
+    if n < 0:
+        return ST_BAD_SIZE, n, 0, 0, 0
+    if end - pos - 4 < n:
+        return ST_PARTIAL, n, 0, 0, 0
+    if n < 1:
+        return ST_BAD_SIZE, n, 0, 0, 0
+    magic = view[pos + 4]
+    if magic == 1:
+        hdr = 6
+    elif magic == 0:
+        hdr = 5
+    else:
+        return ST_BAD_MAGIC, magic, 0, 0, 0
+    if n < hdr:
+        return ST_BAD_SIZE, n, 0, 0, 0
+    attributes = view[pos + 5] if magic == 1 else 0
+    (stored,) = _U32.unpack_from(view, pos + hdr)
+    if crc32(view[pos + 4 + hdr : pos + 4 + n]) != stored:
+        return ST_BAD_CRC, stored, 0, 0, 0
+    codec = attributes & 3
+    if codec == 3:
+        return ST_BAD_CODEC, attributes, 0, 0, 0
+    if codec and not shallow:
+        return ST_WRAPPER, codec, 0, 0, 0
+    return ST_OK, n, magic, hdr, attributes
+
+
+def _view(buf: Any, pos: int) -> memoryview:
+    view = memoryview(buf).cast("B")
+    if pos < 0 or pos > len(view):
+        raise ValueError("pos outside the buffer")
+    return view
 
 
 def scan(
@@ -39,47 +80,36 @@ def scan(
     shallow: bool,
 ) -> tuple[int, int, int]:
     """Append a ``cls`` tuple per plain message from ``pos``; return (pos, status, detail)."""
-    view = memoryview(buf).cast("B")
+    view = _view(buf, pos)
     end = len(view)
-    if pos < 0 or pos > end:
-        raise ValueError("pos outside the buffer")
     new = tuple.__new__
     append = out.append
-    unpack_size = _I32.unpack_from
-    unpack_crc = _U32.unpack_from
     while True:
-        if end - pos < 4:
-            return pos, ST_END, 0
-        (n,) = unpack_size(view, pos)
-        if n < 0:
-            return pos, ST_BAD_SIZE, n
-        if end - pos - 4 < n:
-            return pos, ST_PARTIAL, n
-        if n < 1:
-            return pos, ST_BAD_SIZE, n
-        magic = view[pos + 4]
-        if magic == 1:
-            hdr = 6
-        elif magic == 0:
-            hdr = 5
-        else:
-            return pos, ST_BAD_MAGIC, magic
-        if n < hdr:
-            return pos, ST_BAD_SIZE, n
-        attributes = view[pos + 5] if magic == 1 else 0
-        (stored,) = unpack_crc(view, pos + hdr)
+        status, n, magic, hdr, attributes = _check_entry(view, pos, end, shallow)
+        if status != ST_OK:
+            return pos, status, n
         nxt = pos + 4 + n
-        value = bytes(view[pos + 4 + hdr : nxt])
-        if crc32(value) != stored:
-            return pos, ST_BAD_CRC, stored
-        codec = attributes & 3
-        if codec == 3:
-            return pos, ST_BAD_CODEC, attributes
-        if codec and not shallow:
-            return pos, ST_WRAPPER, codec
         offset = fixed_offset if fixed_offset is not None else base_offset + nxt
-        append(new(cls, (*prefix, offset, value, magic, attributes)))
+        append(new(cls, (*prefix, offset, bytes(view[pos + 4 + hdr : nxt]), magic, attributes)))
         pos = nxt
+
+
+def summarize(buf: Any, pos: int, shallow: bool) -> tuple[int, int, int, int, int, int]:
+    """Walk entries from ``pos`` as :func:`scan` does, building nothing; return
+    ``(pos, status, detail, plain messages, compressed wrappers, largest payload)``."""
+    view = _view(buf, pos)
+    end = len(view)
+    plain = wrapped = largest = 0
+    while True:
+        status, n, _, hdr, attributes = _check_entry(view, pos, end, shallow)
+        if status != ST_OK:
+            return pos, status, n, plain, wrapped, largest
+        largest = max(largest, n - hdr)
+        if attributes & 3:
+            wrapped += 1
+        else:
+            plain += 1
+        pos += 4 + n
 
 
 def encode_message_set(payloads: Sequence[Any], magic: int, attributes: int) -> bytes:

@@ -3,6 +3,7 @@
  * pure-Python twin in _pure.py with exactly the same contract; tests run both.
  *
  *   scan(buf, pos, base_offset, fixed_offset, cls, prefix, out, shallow) -> (pos, status, detail)
+ *   summarize(buf, pos, shallow) -> (pos, status, detail, plain, wrapped, largest)
  *   encode_message_set(payloads, magic, attributes) -> bytes
  *   crc32(data) -> int
  *   java_string_hash(s) -> int
@@ -12,6 +13,11 @@
  * status code. It never raises for bad data: the Python caller decides what a status means
  * (a partial first entry is an error, a partial later one is the normal tail) and raises
  * the typed exception with the position.
+ *
+ * summarize() walks entries exactly as scan() does but builds nothing: it counts plain
+ * messages and (in shallow mode) compressed wrappers and reports the largest payload, so
+ * a broker can validate a produced set of any size in constant memory. It touches no
+ * Python object while walking, so it lets other threads run meanwhile.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,6 +33,7 @@ enum {
     ST_BAD_CRC = 4,    /* detail = stored crc */
     ST_WRAPPER = 5,    /* compressed wrapper at pos (deep mode); detail = codec */
     ST_BAD_CODEC = 6,  /* codec 3; detail = attributes byte */
+    ST_OK = -1,        /* internal: the entry is a message (never returned) */
 };
 
 /* CRC-32 (IEEE 802.3 polynomial, identical to zlib.crc32). zlib's braided CRC is about
@@ -93,6 +100,82 @@ wr_u32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)v;
 }
 
+typedef struct {
+    int32_t n; /* the entry's length, without its 4-byte length field */
+    int magic;
+    int hdr; /* magic, [attributes,] crc */
+    int attributes;
+} entry_t;
+
+/* Check the entry at pos: ST_OK with *e filled in, or the status that stops a walk there
+ * (with *detail set). The checks and their order are those of the 0.7.2 iterator. */
+static int
+check_entry(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, int shallow, entry_t *e,
+            long long *detail)
+{
+    if (len - pos < 4)
+        return ST_END;
+    const int32_t n = (int32_t)rd_u32(b + pos);
+    if (n < 0) {
+        *detail = n;
+        return ST_BAD_SIZE;
+    }
+    if (len - pos - 4 < (Py_ssize_t)n) {
+        *detail = n;
+        return ST_PARTIAL;
+    }
+    if (n < 1) {
+        *detail = n;
+        return ST_BAD_SIZE;
+    }
+    const unsigned char *m = b + pos + 4;
+    const int magic = m[0];
+    int hdr;
+    if (magic == 1)
+        hdr = 6;
+    else if (magic == 0)
+        hdr = 5;
+    else {
+        *detail = magic;
+        return ST_BAD_MAGIC;
+    }
+    if (n < hdr) {
+        *detail = n;
+        return ST_BAD_SIZE;
+    }
+    const int attributes = magic == 1 ? m[1] : 0;
+    const uint32_t stored = rd_u32(m + hdr - 4);
+    if (crc32_buf(m + hdr, n - hdr) != stored) {
+        *detail = stored;
+        return ST_BAD_CRC;
+    }
+    const int codec = attributes & 3;
+    if (codec == 3) {
+        *detail = attributes;
+        return ST_BAD_CODEC;
+    }
+    if (codec != 0 && !shallow) {
+        *detail = codec;
+        return ST_WRAPPER;
+    }
+    e->n = n;
+    e->magic = magic;
+    e->hdr = hdr;
+    e->attributes = attributes;
+    return ST_OK;
+}
+
+/* -1 (ValueError set, view released) if pos is outside the buffer, else 0. */
+static int
+release_if_outside(Py_buffer *view, Py_ssize_t pos)
+{
+    if (pos >= 0 && pos <= view->len)
+        return 0;
+    PyBuffer_Release(view);
+    PyErr_SetString(PyExc_ValueError, "pos outside the buffer");
+    return -1;
+}
+
 static PyObject *
 speedups_scan(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -112,11 +195,8 @@ speedups_scan(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_TypeError, "cls must be a tuple subclass");
         return NULL;
     }
-    if (pos < 0 || pos > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "pos outside the buffer");
+    if (release_if_outside(&view, pos) < 0)
         return NULL;
-    }
 
     const unsigned char *b = (const unsigned char *)view.buf;
     const Py_ssize_t len = view.len;
@@ -133,63 +213,17 @@ speedups_scan(PyObject *Py_UNUSED(module), PyObject *args)
     }
     int status = ST_END;
     long long detail = 0;
+    entry_t e;
 
     for (;;) {
-        if (len - pos < 4) {
-            status = ST_END;
+        status = check_entry(b, len, pos, shallow, &e, &detail);
+        if (status != ST_OK)
             break;
-        }
-        const int32_t n = (int32_t)rd_u32(b + pos);
-        if (n < 0) {
-            status = ST_BAD_SIZE;
-            detail = n;
-            break;
-        }
-        if (len - pos - 4 < (Py_ssize_t)n) {
-            status = ST_PARTIAL;
-            detail = n;
-            break;
-        }
-        if (n < 1) {
-            status = ST_BAD_SIZE;
-            detail = n;
-            break;
-        }
         const unsigned char *m = b + pos + 4;
-        const int magic = m[0];
-        int hdr;
-        if (magic == 1)
-            hdr = 6;
-        else if (magic == 0)
-            hdr = 5;
-        else {
-            status = ST_BAD_MAGIC;
-            detail = magic;
-            break;
-        }
-        if (n < hdr) {
-            status = ST_BAD_SIZE;
-            detail = n;
-            break;
-        }
-        const int attributes = magic == 1 ? m[1] : 0;
-        const uint32_t stored = rd_u32(m + hdr - 4);
-        if (crc32_buf(m + hdr, n - hdr) != stored) {
-            status = ST_BAD_CRC;
-            detail = stored;
-            break;
-        }
-        const int codec = attributes & 3;
-        if (codec == 3) {
-            status = ST_BAD_CODEC;
-            detail = attributes;
-            break;
-        }
-        if (codec != 0 && !shallow) {
-            status = ST_WRAPPER;
-            detail = codec;
-            break;
-        }
+        const int32_t n = e.n;
+        const int magic = e.magic;
+        const int hdr = e.hdr;
+        const int attributes = e.attributes;
         const Py_ssize_t next = pos + 4 + n;
 
         PyObject *offset;
@@ -233,6 +267,41 @@ speedups_scan(PyObject *Py_UNUSED(module), PyObject *args)
 error:
     PyBuffer_Release(&view);
     return NULL;
+}
+
+static PyObject *
+speedups_summarize(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos;
+    int shallow;
+
+    if (!PyArg_ParseTuple(args, "y*np:summarize", &view, &pos, &shallow))
+        return NULL;
+    if (release_if_outside(&view, pos) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    const Py_ssize_t len = view.len;
+    long long detail = 0, plain = 0, wrapped = 0, largest = 0;
+    int status;
+    entry_t e;
+
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        status = check_entry(b, len, pos, shallow, &e, &detail);
+        if (status != ST_OK)
+            break;
+        if (e.n - e.hdr > largest)
+            largest = e.n - e.hdr;
+        if (e.attributes & 3)
+            wrapped++;
+        else
+            plain++;
+        pos += 4 + (Py_ssize_t)e.n;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("niLLLL", pos, status, detail, plain, wrapped, largest);
 }
 
 static PyObject *
@@ -363,6 +432,8 @@ speedups_java_string_hash(PyObject *Py_UNUSED(module), PyObject *arg)
 
 static PyMethodDef speedups_methods[] = {
     {"scan", speedups_scan, METH_VARARGS, "Decode plain messages of a message set from pos."},
+    {"summarize", speedups_summarize, METH_VARARGS,
+     "Count the messages of a message set from pos without building them."},
     {"encode_message_set", speedups_encode_message_set, METH_VARARGS,
      "Encode payloads as a message set of uncompressed messages."},
     {"crc32", speedups_crc32, METH_VARARGS, "CRC-32 of a bytes-like object (as zlib.crc32)."},

@@ -10,6 +10,15 @@ fetch and is dropped; every message reports the "next offset" (where to fetch fr
 that it is not seen again); messages inside a compressed wrapper report the wrapper's
 start offset, except the last one, which reports the wrapper's end (§7.3).
 
+Decompression is bounded per decoded set: all the wrappers of one set, nested ones
+included, may produce at most ``max_decompressed`` bytes together (default
+:data:`~.compression.DEFAULT_MAX_DECOMPRESSED`). When a wrapper after the first entry
+would pass the bound, decoding stops in front of it as at a partial tail (``valid_bytes``
+ends there, so the next fetch starts at that wrapper with the whole bound); when the
+first entry alone passes it, :class:`~aiokafka07.errors.CompressionError` (with
+``limit``). :func:`count_messages` validates and counts a set in constant memory besides
+the bound, for the broker.
+
 The hot loop runs in the optional C accelerator when it is built, else in ``_pure``.
 """
 
@@ -29,7 +38,7 @@ from ..errors import (
 )
 from . import _accel, _pure
 from ._accel import implementation
-from .compression import Compression, compress, decompress_buffer
+from .compression import DEFAULT_MAX_DECOMPRESSED, Compression, compress, decompress_buffer
 
 __all__ = [
     "MAGIC_0_HEADER",
@@ -38,6 +47,8 @@ __all__ = [
     "BytesLike",
     "DecodedMessageSet",
     "Message",
+    "SetSummary",
+    "count_messages",
     "crc32",
     "decode_message_set",
     "decode_messages_into",
@@ -45,6 +56,7 @@ __all__ = [
     "encode_wrapper",
     "entry_size",
     "implementation",
+    "summarize_message_set",
 ]
 
 BytesLike: TypeAlias = bytes | bytearray | memoryview
@@ -92,6 +104,38 @@ class DecodedMessageSet(NamedTuple):
     valid_bytes: int
 
 
+class SetSummary(NamedTuple):
+    """The top level of a message set, checked without building its messages."""
+
+    #: Bytes of complete, valid top-level entries.
+    valid_bytes: int
+    #: Top-level messages, a compressed wrapper counting as one.
+    messages: int
+    #: How many of them are compressed wrappers.
+    wrappers: int
+    #: The largest top-level payload (for a wrapper, its compressed payload).
+    largest_payload: int
+
+
+class _Budget:
+    """What is left of the bound on decompressed bytes of one set (nested wrappers
+    included)."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        if not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"max_decompressed must be an int >= 0, not {limit!r}")
+        self.left = self.limit = limit
+
+    def exceeded(self) -> CompressionError:
+        return CompressionError(
+            f"the compressed messages decompress to more than {self.limit} bytes, the "
+            "decompression bound",
+            limit=self.limit,
+        )
+
+
 def crc32(data: BytesLike) -> int:
     """CRC-32 (IEEE, as ``zlib.crc32``): the checksum of a message payload."""
     result: int = _accel.impl.crc32(data)
@@ -135,19 +179,26 @@ def encode_wrapper(compression: Compression | int | str, message_set: BytesLike)
 
 
 def decode_message_set(
-    buf: BytesLike, base_offset: int = 0, *, shallow: bool = False
+    buf: BytesLike,
+    base_offset: int = 0,
+    *,
+    shallow: bool = False,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
 ) -> DecodedMessageSet:
     """Decode a message set that starts at log offset ``base_offset``.
 
-    Compressed wrappers are expanded (recursively) unless ``shallow``, in which case they
-    are returned as they are, with the wrapper's end as offset (for mirroring).
+    Compressed wrappers are expanded (recursively, producing at most ``max_decompressed``
+    bytes in all; see the module docstring) unless ``shallow``, in which case they are
+    returned as they are, with the wrapper's end as offset (for mirroring).
 
     Raises a :class:`~aiokafka07.errors.ProtocolError` subclass for corrupt data. The
     error's ``position`` is where the bad top-level entry starts and its ``decoded`` holds
     the messages before it.
     """
     messages: list[Message] = []
-    valid = decode_messages_into(messages, buf, base_offset, shallow=shallow)
+    valid = decode_messages_into(
+        messages, buf, base_offset, shallow=shallow, max_decompressed=max_decompressed
+    )
     return DecodedMessageSet(messages, valid)
 
 
@@ -159,6 +210,7 @@ def decode_messages_into(
     shallow: bool = False,
     message_type: type[tuple[Any, ...]] = Message,
     prefix: tuple[Any, ...] = (),
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
 ) -> int:
     """Append decoded messages to ``out``; return the valid byte count.
 
@@ -170,11 +222,31 @@ def decode_messages_into(
     """
     if not -_OFFSET_MAX <= base_offset <= _OFFSET_MAX - len(buf):
         raise ValueError(f"base offset {base_offset} is outside the int64 range")
+    budget = _Budget(max_decompressed)
     try:
-        return _decode(out, buf, base_offset, None, shallow, message_type, prefix, 0)
+        return _decode(out, buf, base_offset, None, shallow, message_type, prefix, 0, budget)
     except ProtocolError as exc:
         exc.decoded = DecodedMessageSet(out, exc.position or 0)
         raise
+
+
+def summarize_message_set(buf: BytesLike) -> SetSummary:
+    """Check the top-level entries of a set (size, magic, CRC, codec) without building
+    messages or decompressing anything; raise as :func:`decode_message_set` does."""
+    pos, status, detail, plain, wrapped, largest = _accel.impl.summarize(buf, 0, True)
+    _check_stop(status, detail, pos, len(buf), 0)
+    return SetSummary(pos, plain + wrapped, wrapped, largest)
+
+
+def count_messages(buf: BytesLike, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> int:
+    """How many messages a set holds with its compressed wrappers expanded (0.7.2's
+    count for the flush interval), checking every message as :func:`decode_message_set`
+    does but building none: memory stays within the input plus ``max_decompressed``.
+
+    Unlike decoding, passing the bound anywhere raises CompressionError (a broker refuses
+    the whole set).
+    """
+    return _count(buf, 0, _Budget(max_decompressed))
 
 
 def _decode(
@@ -186,6 +258,7 @@ def _decode(
     cls: type[tuple[Any, ...]],
     prefix: tuple[Any, ...],
     depth: int,
+    budget: _Budget,
 ) -> int:
     scan = _accel.impl.scan
     pos: int = 0
@@ -193,23 +266,62 @@ def _decode(
     detail: int
     while True:
         pos, status, detail = scan(buf, pos, base, fixed, cls, prefix, out, shallow)
-        if status == _pure.ST_END:
+        if status != _pure.ST_WRAPPER:
+            _check_stop(status, detail, pos, len(buf), depth)
             return pos
-        if status == _pure.ST_PARTIAL:
-            if pos:
-                return pos  # the partial tail of a fetch: dropped, as in 0.7.2
-            available = len(buf) - 4
-            raise InvalidMessageSizeError(
-                f"the first message needs {detail} bytes but only {available} are present "
-                f"(fetch size smaller than the message, or corrupt size)",
-                position=0,
-                size=detail,
-                available=available,
-            )
-        if status == _pure.ST_WRAPPER:
-            pos = _expand_wrapper(out, buf, pos, detail, base, fixed, cls, prefix, depth)
-            continue
+        try:
+            pos = _expand_wrapper(out, buf, pos, detail, base, fixed, cls, prefix, depth, budget)
+        except CompressionError as exc:
+            if exc.limit is None or depth or not pos:
+                raise
+            return pos  # over the bound behind other entries: stop in front of it
+
+
+def _check_stop(status: int, detail: int, pos: int, size: int, depth: int) -> None:
+    """Raise for the status a walk stopped with, unless it is the end of the set or its
+    partial tail (a partial entry that is not the first)."""
+    if status == _pure.ST_END or (status == _pure.ST_PARTIAL and pos):
+        return
+    if status != _pure.ST_PARTIAL:
         raise _entry_error(status, detail, pos)
+    available = size - 4
+    if depth:
+        # Inside a wrapper: corrupt data, never a matter of the fetch size (``available``
+        # stays None, so no consumer grows its fetch for it).
+        raise InvalidMessageSizeError(
+            f"the compressed message set's first entry declares {detail} bytes but only "
+            f"{available} are present",
+            position=0,
+            size=detail,
+        )
+    raise InvalidMessageSizeError(
+        f"the first message needs {detail} bytes but only {available} are present "
+        f"(fetch size smaller than the message, or corrupt size)",
+        position=0,
+        size=detail,
+        available=available,
+    )
+
+
+def _inflate_wrapper(view: memoryview, pos: int, codec: int, depth: int, budget: _Budget) -> Any:
+    """The decompressed message set of the wrapper entry at ``pos``, charged to ``budget``."""
+    if depth >= MAX_WRAPPER_DEPTH:
+        raise CompressionError(f"compressed wrappers nested deeper than {MAX_WRAPPER_DEPTH}")
+    end = pos + 4 + _I32.unpack_from(view, pos)[0]
+    try:
+        inner = decompress_buffer(codec, view[pos + 4 + MAGIC_1_HEADER : end], budget.left)
+    except CompressionError as exc:
+        if exc.limit is None:
+            raise
+        raise budget.exceeded() from None
+    budget.left -= len(inner)
+    return inner
+
+
+def _at_wrapper(exc: ProtocolError, pos: int) -> None:
+    """Restate ``exc``, raised inside the wrapper at ``pos``, at the wrapper."""
+    exc.args = (f"in the compressed wrapper at position {pos}: {exc}",)
+    exc.position = pos
 
 
 def _expand_wrapper(
@@ -222,21 +334,18 @@ def _expand_wrapper(
     cls: type[tuple[Any, ...]],
     prefix: tuple[Any, ...],
     depth: int,
+    budget: _Budget,
 ) -> int:
     view = memoryview(buf).cast("B")
-    size: int = _I32.unpack_from(view, pos)[0]
-    end = pos + 4 + size
+    end: int = pos + 4 + _I32.unpack_from(view, pos)[0]
     mark = len(out)
     try:
-        if depth >= MAX_WRAPPER_DEPTH:
-            raise CompressionError(f"compressed wrappers nested deeper than {MAX_WRAPPER_DEPTH}")
-        inner = decompress_buffer(codec, view[pos + 4 + MAGIC_1_HEADER : end])
+        inner = _inflate_wrapper(view, pos, codec, depth, budget)
         start = base + pos if fixed is None else fixed
-        _decode(out, inner, 0, start, False, cls, prefix, depth + 1)
+        _decode(out, inner, 0, start, False, cls, prefix, depth + 1, budget)
     except ProtocolError as exc:
         del out[mark:]
-        exc.args = (f"in the compressed wrapper at position {pos}: {exc}",)
-        exc.position = pos
+        _at_wrapper(exc, pos)
         raise
     if fixed is None and len(out) > mark:
         # The wrapper's last message reports the wrapper's end (0.7.2 §7.3).
@@ -244,6 +353,26 @@ def _expand_wrapper(
         n = len(prefix)
         out[-1] = tuple.__new__(cls, (*last[:n], base + end, *last[n + 1 :]))
     return end
+
+
+def _count(buf: Any, depth: int, budget: _Budget) -> int:
+    """Messages of ``buf`` with wrappers expanded (see :func:`count_messages`)."""
+    view = memoryview(buf).cast("B")
+    summarize = _accel.impl.summarize
+    total: int = 0
+    pos: int = 0
+    while True:
+        pos, status, detail, plain, _, _ = summarize(view, pos, False)
+        total += plain
+        if status != _pure.ST_WRAPPER:
+            _check_stop(status, detail, pos, len(view), depth)
+            return total
+        try:
+            total += _count(_inflate_wrapper(view, pos, detail, depth, budget), depth + 1, budget)
+        except ProtocolError as exc:
+            _at_wrapper(exc, pos)
+            raise
+        pos += 4 + _I32.unpack_from(view, pos)[0]
 
 
 def _entry_error(status: int, detail: int, pos: int) -> ProtocolError:

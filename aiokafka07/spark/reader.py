@@ -27,6 +27,7 @@ from .planning import PartitionState, describe, discover, split_range
 from .runtime import WorkerRuntime
 
 __all__ = [
+    "MAX_FETCH_SIZE",
     "SCHEMA",
     "SCHEMA_DDL",
     "BatchReader",
@@ -39,6 +40,11 @@ __all__ = [
 log = logging.getLogger("aiokafka07.spark")
 
 SCHEMA_DDL = "topic string, broker_id int, partition int, offset long, value binary"
+
+#: The largest fetch a task (or the driver, cutting a micro-batch) makes for one message:
+#: a larger message, or an offset that is not a message start, fails the task with a
+#: typed error (:mod:`aiokafka07.fetch_size`).
+MAX_FETCH_SIZE = 64 << 20
 SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -156,7 +162,7 @@ async def read_range(r: OffsetRange, runtime: WorkerRuntime) -> AsyncIterator[pa
         r.port,
         broker_id=r.broker_id,
         fetch_size=r.fetch_size,
-        max_fetch_size=max(r.fetch_size, 64 << 20),
+        max_fetch_size=max(r.fetch_size, MAX_FETCH_SIZE),
         pool=pool,
     )
     builder = _BatchBuilder(TopicPartition(r.topic, r.broker_id, r.partition))

@@ -22,13 +22,21 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from ..errors import InvalidMessageSizeError
+from ..errors import ProtocolError
+from ..fetch_size import FetchSizer
 from ..protocol import decode_message_set
 from ..protocol.responses import FetchResponse
 from ..znodes import GroupRegistry
 from .options import ReadOptions
 from .planning import PartitionState
-from .reader import DataLossError, OffsetRange, ranges_for, read_partition, resolve
+from .reader import (
+    MAX_FETCH_SIZE,
+    DataLossError,
+    OffsetRange,
+    ranges_for,
+    read_partition,
+    resolve,
+)
 from .reader import state_of_partitions as _states
 from .runtime import WorkerRuntime
 
@@ -195,20 +203,26 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
             conn = await pool.connection(state.address)
             return await conn.fetch(state.tp.topic, state.tp.partition, begin, size)
 
-        size = max(share, 1024)
+        # One message larger than the share is taken whole; a "size" that cannot be a
+        # message (the offset is not a message start) is a typed error (FetchSizer).
+        share = max(share, 1024)
+        sizer = FetchSizer(state.tp.topic, state.name, share, max(share, MAX_FETCH_SIZE))
         while True:
-            response = runtime.run(probe(size))
+            response = runtime.run(probe(sizer.size))
             if response.error_code:
                 return state.latest  # the task meets the broker's error and reports it
+            data = response.message_set
             try:
-                return (
-                    begin
-                    + decode_message_set(response.message_set, begin, shallow=True).valid_bytes
-                )
-            except InvalidMessageSizeError as exc:
-                if exc.position != 0 or exc.size is None:
+                valid = decode_message_set(data, begin, shallow=True).valid_bytes
+            except ProtocolError as exc:
+                declared = FetchSizer.incomplete_first(exc)
+                if declared is None:
                     raise
-                size = exc.size + 4  # one message larger than the share: take it whole
+                sizer.grow(begin, declared, len(data), state.latest)
+                continue
+            if valid or not data:
+                return begin + valid
+            sizer.grow(begin, None, len(data), state.latest)  # fewer than 4 bytes
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[OffsetRange]:
         wanted = {

@@ -1,0 +1,44 @@
+"""Hostile message sets, for testing that a client or broker stays bounded.
+
+Each is valid up to the point where it costs memory or time: correct CRCs, so decoders
+get as far as decompressing. Used by the test suite and ``benchmarks/bench_hostile.py``.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from ..protocol import encode_message_set, gzip_compress
+from ..protocol._accel import impl as _impl
+
+__all__ = ["INNER_PARTIAL_WRAPPER", "SNAPPY_3_GIB", "gzip_bomb"]
+
+#: One snappy wrapper (22 bytes) whose raw block declares 3,572,681,096 uncompressed
+#: bytes; unbounded, decoding it allocates that much before seeing the block is corrupt.
+SNAPPY_3_GIB = bytes.fromhex("000000120102c11df6288893cba70d8c61af91886776")
+
+
+#: A gzip wrapper entry (CRC correct) whose inner set starts with a partial entry (it
+#: declares 100 bytes, 3 follow): corrupt data, which no fetch size can cure. A broker
+#: refuses it on produce; tests write it over a plain entry of the same size on disk.
+INNER_PARTIAL_WRAPPER = bytes(
+    _impl.encode_message_set([gzip_compress(struct.pack(">i", 100) + b"abc")], 1, 1)
+)
+
+
+def gzip_bomb(messages: int, message_size: int = 1 << 20) -> bytes:
+    """A message set of one gzip wrapper holding ``messages`` messages of
+    ``message_size`` zero bytes, every CRC correct: about 1/1000 of its decompressed
+    size (512 one-MiB messages take 527 KB). Built without holding the decompressed
+    set in memory."""
+    entry = encode_message_set([bytes(message_size)])
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -15)
+    parts = [b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"]
+    crc = 0
+    for _ in range(messages):
+        parts.append(deflater.compress(entry))
+        crc = zlib.crc32(entry, crc)
+    parts.append(deflater.flush())
+    parts.append(struct.pack("<II", crc, (messages * len(entry)) & 0xFFFFFFFF))
+    return bytes(_impl.encode_message_set([b"".join(parts)], 1, 1))
