@@ -303,7 +303,8 @@ def session(mode: str, master: str | None) -> Any:
         }
         if os.environ.get("PYTHONPATH"):  # executors import this library as the driver does
             conf["spark.executorEnv.PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return local_session(cores, f"bench-spark-{mode}", conf, master=master)
+        conf["spark.master"] = master
+    return local_session(cores, f"bench-spark-{mode}", conf)
 
 
 async def measure_mode(

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .options import OptionError
-from .reader import SCHEMA_DDL, DataLossError
+from .reader import SCHEMA_DDL, DataLossError, RangeEndError
 from .source import Kafka07DataSource
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "DataLossError",
     "Kafka07DataSource",
     "OptionError",
+    "RangeEndError",
     "activate",
     "local_session",
     "register",
@@ -51,21 +52,15 @@ def register(spark: Any) -> None:
 
 
 def local_session(
-    cores: int = 2,
-    app_name: str = "aiokafka07",
-    conf: Mapping[str, str] | None = None,
-    *,
-    master: str | None = None,
+    cores: int = 2, app_name: str = "aiokafka07", conf: Mapping[str, str] | None = None
 ) -> Any:
-    """A SparkSession bound to loopback, its Python workers on this interpreter, the UI
-    and progress bars off and ``kafka07`` registered; ``conf`` adds settings. It runs in
-    this process with ``cores`` cores, or on ``master`` (e.g. a standalone cluster's
-    ``spark://127.0.0.1:7077``)."""
+    """A local SparkSession bound to loopback, its Python workers on this interpreter,
+    the UI and progress bars off and ``kafka07`` registered; ``conf`` adds settings."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master or f"local[{cores}]").appName(app_name)
+    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
