@@ -117,6 +117,7 @@ def test_starting_timestamps() -> None:
         ({"topic": "t", "startingTimestamp": "soon", **ZK}, "'startingTimestamp'"),
         ({"topic": "t", "startingOffsetsByTimestamp": "earliest", **ZK}, "JSON"),
         ({"topic": "t", "maxMessageSize": "0", **ZK}, "'maxMessageSize'"),
+        ({"topic": "t", "maxMessageSize": str(1 << 30), **ZK}, "'maxMessageSize' must be at most"),
     ],
 )
 def test_bad_subscriptions_and_times_name_the_option(options: dict[str, str], named: str) -> None:

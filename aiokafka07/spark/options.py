@@ -29,6 +29,7 @@ __all__ = [
     "OptionError",
     "ReadOptions",
     "WriteOptions",
+    "max_fetch_size",
     "parse_offset_spec",
 ]
 
@@ -111,6 +112,12 @@ SPARK_KAFKA_OPTIONS = {
 
 class OptionError(KafkaError, ValueError):
     """A ``kafka07`` option is missing, unknown or malformed; the message names it."""
+
+
+def max_fetch_size(fetch_size: int) -> int:
+    """The largest fetch a read grows to for one large message (and so the largest entry
+    planning accepts as a message)."""
+    return max(fetch_size, 64 << 20)
 
 
 #: Offsets per topic, per ``"<broker>-<partition>"``; -2 = earliest, -1 = latest.
@@ -506,6 +513,12 @@ class ReadOptions:
         assert fetch_size is not None
         max_message_size = _int(options, "maxMessageSize", MAX_MESSAGE_SIZE, 1)
         assert max_message_size is not None
+        if max_message_size > max_fetch_size(fetch_size) - 10:
+            raise OptionError(
+                f"option 'maxMessageSize' must be at most {max_fetch_size(fetch_size) - 10}: "
+                "a read cannot fetch a larger message (it grows a fetch up to "
+                f"{max_fetch_size(fetch_size)} bytes)"
+            )
         filter_pushdown = _bool(options, "filterPushdown", False)
         if filter_pushdown and streaming:
             raise OptionError("option 'filterPushdown' applies to batch reads only")

@@ -47,7 +47,6 @@ __all__ = [
     "describe",
     "discover",
     "fetcher",
-    "max_fetch_size",
     "plan_pieces",
     "resolve",
     "split_range",
@@ -56,12 +55,6 @@ __all__ = [
 
 #: Enough OFFSETS entries to list every segment of a partition (0.7.2 answers newest first).
 MAX_SEGMENTS = 1 << 20
-
-
-def max_fetch_size(fetch_size: int) -> int:
-    """The largest fetch a read grows to for one large message (and so the largest entry
-    planning accepts as a message)."""
-    return max(fetch_size, 64 << 20)
 
 
 @dataclass(frozen=True)

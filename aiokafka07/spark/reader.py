@@ -37,7 +37,7 @@ from ..pool import ConnectionPool
 from ..protocol import EARLIEST, decode_message_set
 from ..records import TopicPartition
 from ..simple import FetchResult, SimpleConsumer
-from .options import OffsetSpec, OptionError, ReadOptions
+from .options import OffsetSpec, OptionError, ReadOptions, max_fetch_size
 from .planning import (
     PartitionState,
     check_named,
@@ -45,7 +45,6 @@ from .planning import (
     describe,
     discover,
     fetcher,
-    max_fetch_size,
     plan_pieces,
     resolve,
 )
@@ -321,6 +320,8 @@ async def read_range(
             if r.fail_on_data_loss:
                 raise DataLossError(lost + " (set failOnDataLoss=false to skip them)") from None
             log.warning("%s; skipping them", lost)
+            if earliest >= end:
+                return  # the whole rest of the range is gone
             reached = earliest
         finally:
             await batches.aclose()
@@ -393,6 +394,20 @@ async def state_of_partitions(
     return states, pool
 
 
+async def check_given(
+    spec: OffsetSpec,
+    state: PartitionState,
+    offset: int,
+    options: ReadOptions,
+    pool: ConnectionPool,
+) -> None:
+    """If ``offset`` is one the user gave explicitly (not earliest, latest or a time),
+    fail unless it is a message boundary (:func:`~.planning.check_user_offset`)."""
+    if spec.kind == "explicit" and state.earliest <= offset <= state.latest:
+        max_entry = max_fetch_size(options.fetch_size) - 4
+        await check_user_offset(spec.option, state, offset, fetcher(pool, state), max_entry)
+
+
 async def plan_batch(
     options: ReadOptions, runtime: WorkerRuntime, keep: Keep = None
 ) -> list[OffsetRange]:
@@ -400,7 +415,6 @@ async def plan_batch(
     states, pool = await state_of_partitions(
         options, runtime, streaming=False, checks=(options.starting, options.ending), keep=keep
     )
-    max_entry = max_fetch_size(options.fetch_size) - 4
 
     async def plan(state: PartitionState) -> list[OffsetRange]:
         where = f"{state.tp.topic}/{state.name}"
@@ -421,11 +435,8 @@ async def plan_batch(
             start = state.earliest
         if start > end:
             raise OptionError(f"{where}: starting offset {start} is after ending offset {end}")
-        fetch = fetcher(pool, state)
-        if options.starting.kind == "explicit":
-            await check_user_offset(options.starting.option, state, start, fetch, max_entry)
-        if options.ending.kind == "explicit":
-            await check_user_offset("endingOffsets", state, end, fetch, max_entry)
+        await check_given(options.starting, state, start, options, pool)
+        await check_given(options.ending, state, end, options, pool)
         return await ranges_for(state, start, end, options, pool)
 
     ranges = [r for rs in await asyncio.gather(*(plan(s) for s in states)) for r in rs]

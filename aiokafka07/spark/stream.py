@@ -29,16 +29,11 @@ from ..protocol import decode_message_set
 from ..protocol.responses import FetchResponse
 from ..znodes import GroupRegistry
 from .options import ReadOptions
-from .planning import (
-    PartitionState,
-    check_user_offset,
-    fetcher,
-    max_fetch_size,
-    resolve,
-)
+from .planning import PartitionState, resolve
 from .reader import (
     DataLossError,
     OffsetRange,
+    check_given,
     columns_for,
     ranges_for,
     read_partition,
@@ -114,16 +109,10 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
                 options, runtime, streaming=True, checks=(options.starting,)
             )
             self._states_seen = {s.key: s for s in states}
-            max_entry = max_fetch_size(options.fetch_size) - 4
 
             async def start(state: PartitionState) -> tuple[PartitionState, int]:
                 offset = await resolve(options.starting, state, pool)
-                if options.starting.kind == "explicit" and (
-                    state.earliest <= offset <= state.latest
-                ):
-                    await check_user_offset(
-                        options.starting.option, state, offset, fetcher(pool, state), max_entry
-                    )
+                await check_given(options.starting, state, offset, options, pool)
                 return state, offset
 
             return list(await asyncio.gather(*(start(s) for s in states)))
