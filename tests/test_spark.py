@@ -645,17 +645,18 @@ def test_an_editable_install_is_found_without_registering(tmp_path: Path) -> Non
     )
     python = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only what pip installs
+
+    def run(*command: str, cwd: Path) -> str:
+        done = subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+        errors = [line for line in done.stderr.splitlines() if "Error" in line]
+        assert done.returncode == 0, "\n".join(errors)[-3000:] or done.stderr[-3000:]
+        return done.stdout
+
     # --no-build-isolation: the machine's setuptools, no download; --no-deps: all present.
-    install = subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", "."],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert install.returncode == 0, install.stderr[-3000:]
+    run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", ".",
+        cwd=project)  # fmt: skip
     script = tmp_path / "lookup.py"
     script.write_text(
         "import os, sys\n"
@@ -673,20 +674,11 @@ def test_an_editable_install_is_found_without_registering(tmp_path: Path) -> Non
         "print(df.schema.simpleString())\n"
         "spark.stop()\n"
     )
-    result = subprocess.run(
-        [python, str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert str(project / "aiokafka07" / "__init__.py") in result.stdout  # the copy, editable
+    stdout = run(python, str(script), cwd=tmp_path)
+    assert str(project / "aiokafka07" / "__init__.py") in stdout  # the copy, editable
     assert (
         "struct<topic:string,broker_id:int,partition:int,offset:bigint,offset_seq:int,"
-        "value:binary>" in result.stdout
+        "value:binary>" in stdout
     )
 
 
