@@ -15,9 +15,10 @@ Parents are persistent with null data. This module owns the paths (builders and 
 path parser the offset files need), the value formats (broker registrations, partition
 counts, offsets, consumer registrations, consumer and thread ids), and the reads and writes
 built on them: :func:`read_brokers`, :func:`read_topics`, :func:`read_topic_registrations`,
-:func:`register_broker`, :func:`register_topic` and :class:`GroupRegistry` for a consumer
-group. No other module spells a path or parses a value; watches and sessions are
-:mod:`aiokafka07.zookeeper`'s, what the values mean is the callers'.
+:func:`topic_exists`, :func:`register_broker`, :func:`register_topic` and
+:class:`GroupRegistry` for a consumer group. No other module spells a path or parses a
+value; watches and sessions are :mod:`aiokafka07.zookeeper`'s, what the values mean is the
+callers'.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ __all__ = [
     "register_topic",
     "thread_ids",
     "topic_broker_path",
+    "topic_exists",
     "topic_of_path",
     "topic_path",
 ]
@@ -356,6 +358,12 @@ async def read_topic_registrations(zookeeper: ZooKeeper, topic: str) -> dict[int
         except ZooKeeperError:
             continue  # the broker went away while we read
     return registrations_from_values(topic, values)
+
+
+async def topic_exists(zookeeper: ZooKeeper, topic: str) -> bool:
+    """Whether ``/brokers/topics/<topic>`` exists: some broker has had the topic (the
+    node is persistent; its children are the brokers serving it now)."""
+    return await zookeeper.exists(topic_path(topic))
 
 
 async def register_broker(zookeeper: ZooKeeper, broker_id: int, host: str, port: int) -> str:

@@ -1,81 +1,90 @@
-"""Spark batch read through the ``kafka07`` data source against the library's own read.
+"""Spark reads through the ``kafka07`` data source, against the library's own read.
 
-A backlog of ``--messages`` 100-byte uncompressed messages over ``--partitions``
-partitions of one embedded broker (its own process) is read:
+Workload: ``--messages`` 100-byte uncompressed messages over ``--partitions`` partitions
+(the backlog), and one partition of ``--split-messages`` messages in a single segment,
+written as 0.7.2 segment files for one embedded broker in its own process.
 
-* **Library, one process.** The SimpleConsumer's ``batches()`` over every partition in
-  turn: every record decoded (the baseline of the target), and once more with the value
-  sizes summed in Python (one Python step per record, as an application does).
-* **Spark, local[1] and local[2].** ``spark.read.format("kafka07")`` and an aggregate
-  that touches every row (count and total value bytes), after one warm-up run that
-  starts the Python workers; the best of ``--runs`` timed runs.
+Every Spark figure is a ratio to the library's single-process read (the SimpleConsumer's
+``batches()`` over every partition in turn, every record decoded), measured interleaved
+with it: ``--reps`` repetitions of (library read, Spark read), median and spread.
 
-Target: Spark's rows/s per core at least 70% of the single-process rate, and more rows/s
-with two cores than with one. For reference, the same query over a Python data source
-that hands Spark one prebuilt Arrow batch again and again (no I/O, no decoding) shows
-what Spark's Python data source path itself allows. On this 2-core machine the broker
-process shares the cores with Spark's JVM and Python workers.
+* **Spark local[1] and local[2]**: ``spark.read.format("kafka07")`` and an aggregate that
+  touches every row (count and total value bytes), after a warm-up read; rows/s per core.
+  Spark's own ceiling: the same query over a Python source that hands Spark one prebuilt
+  Arrow batch again and again (no I/O, no decoding).
+* **Spark standalone**: a master and 2 workers (1 core, 1 GiB each, separate executor
+  JVMs) started here from the pyspark package, on loopback; rows/s per executor.
+* **Split inside a segment** (local[2]): the one-segment partition read as a single range
+  and cut into ``--split-pieces`` by ``maxBytesPerPartition`` (cuts found from a window
+  of about ``maxMessageSize`` bytes each): rows/s, and the bytes the broker read from its
+  log (its ``/proc/<pid>/io`` rchar) as a ratio to the partition's size.
 
-Run: ``python benchmarks/bench_spark.py [--messages N] [--partitions N] [--json]``.
+The machine's load average is printed before and after. Everything started here (the
+broker, the Spark master and workers with their executors, the drivers) is stopped when
+the run ends, fails or is interrupted (Ctrl-C, SIGTERM).
+
+Run: ``python benchmarks/bench_spark.py [--messages N] [--partitions N] [--reps N]
+[--split-messages N] [--split-pieces N] [--no-standalone] [--json]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from common import start_broker
 
-from aiokafka07 import BrokerAddress, BrokerConnection, SimpleConsumer
+from aiokafka07 import SimpleConsumer
+from aiokafka07.protocol import encode_message_set
 
 PAYLOAD = 100
 BATCH = 1000
 TOPIC = "backlog"
+SPLIT = "split"
+WORKERS = 2
 
 
-async def fill(port: int, messages: int, partitions: int) -> list[int]:
-    """Produce the backlog evenly over the partitions; return their log ends."""
+def write_segments(log_dir: Path, topic: str, partitions: int, messages: int) -> list[int]:
+    """0.7.2 segment files ``<log.dir>/<topic>-<p>/00000000000000000000.kafka``, one per
+    partition, ``messages`` spread evenly; returns each partition's size."""
     rng = random.Random(5)
     payloads = [rng.randbytes(30) + b"v" * (PAYLOAD - 30) for _ in range(BATCH)]
-    conn = await BrokerConnection.open(BrokerAddress(0, "127.0.0.1", port))
-    try:
-        for i in range(messages // BATCH):
-            await conn.produce(TOPIC, i % partitions, payloads)
-        ends = []
-        for p in range(partitions):
-            end = await conn.produce(TOPIC, p, [], confirm=True)
-            assert end is not None
-            ends.append(end)
-    finally:
-        await conn.close()
-    return ends
+    chunk = encode_message_set(payloads)
+    sizes = []
+    for p in range(partitions):
+        directory = log_dir / f"{topic}-{p}"
+        directory.mkdir(parents=True)
+        with open(directory / f"{0:020d}.kafka", "wb") as segment:
+            for _ in range(messages // partitions // BATCH):
+                segment.write(chunk)
+            sizes.append(segment.tell())
+    return sizes
 
 
-async def library_read(
-    port: int, partitions: int, ends: list[int], touch: bool
-) -> dict[str, float]:
-    """Every record decoded (``touch``: and its value's length summed in Python)."""
+async def library_read(port: int, partitions: int) -> tuple[int, float]:
+    """Rows and seconds to decode every record of the backlog in this process."""
     async with SimpleConsumer("127.0.0.1", port, fetch_size=1 << 20) as consumer:
-        for p, end in enumerate(ends):  # wait until flushed
-            for _ in range(400):
-                (latest,) = await consumer.offsets_before(TOPIC, p, -1, 1)
-                if latest >= end:
-                    break
-                await asyncio.sleep(0.05)
-        rows = size = 0
+        rows = 0
         start = time.perf_counter()
         for p in range(partitions):
             async for batch in consumer.batches(TOPIC, p, 0):
                 rows += len(batch.messages)
-                if touch:
-                    size += sum(len(m.value) for m in batch.messages)
-        seconds = time.perf_counter() - start
-    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
+        return rows, time.perf_counter() - start
 
 
 def _ceiling_source(rows: int, partitions: int) -> Any:
@@ -84,7 +93,7 @@ def _ceiling_source(rows: int, partitions: int) -> Any:
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from aiokafka07.spark import SCHEMA_DDL
+    from aiokafka07.spark.reader import COLUMNS, SCHEMA, SCHEMA_DDL
 
     per_batch = 9500
     batches = max(1, rows // per_batch // partitions)
@@ -95,16 +104,16 @@ def _ceiling_source(rows: int, partitions: int) -> Any:
 
         def read(self, partition: InputPartition) -> Any:
             n = per_batch
-            batch = pa.RecordBatch.from_arrays(
-                [
-                    pa.array([TOPIC] * n),
-                    pa.array([0] * n, pa.int32()),
-                    pa.array([0] * n, pa.int32()),
-                    pa.array(list(range(n)), pa.int64()),
-                    pa.array([b"v" * PAYLOAD] * n, pa.binary()),
-                ],
-                names=["topic", "broker_id", "partition", "offset", "value"],
-            )
+            values = {
+                "topic": [TOPIC] * n,
+                "broker_id": [0] * n,
+                "partition": [0] * n,
+                "offset": list(range(n)),
+                "offset_seq": [0] * n,
+                "value": [b"v" * PAYLOAD] * n,
+            }
+            arrays = [pa.array(values[name], arrow) for name, _, arrow in COLUMNS]
+            batch = pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
             for _ in range(batches):
                 yield batch
 
@@ -122,100 +131,346 @@ def _ceiling_source(rows: int, partitions: int) -> Any:
     return Ceiling
 
 
-def spark_read(
-    port: int, partitions: int, cores: int, runs: int, rows_wanted: int
-) -> dict[str, float]:
-    from pyspark.sql import functions as F
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
+
+class StandaloneCluster:
+    """A Spark standalone master and ``workers`` workers on loopback, each a JVM in a
+    process group of its own (a worker's executors are its children), started with the
+    pyspark package's ``spark-class``; :meth:`stop` ends every one of them."""
+
+    def __init__(self, directory: Path, workers: int = WORKERS) -> None:
+        import pyspark
+
+        self.home = Path(pyspark.__file__).parent
+        self.directory = directory
+        self.workers = workers
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.url = ""
+        self.env = {
+            **os.environ,
+            "SPARK_HOME": str(self.home),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+        }
+
+    def _start(self, name: str, *args: str) -> None:
+        log = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115 - the process's
+        with log:
+            self.processes.append(
+                subprocess.Popen(
+                    [str(self.home / "bin" / "spark-class"), *args],
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    def start(self, timeout: float = 180) -> None:
+        properties = self.directory / "spark.properties"
+        properties.write_text("spark.master.rest.enabled false\n")
+        port, ui = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{port}"
+        common = ["--properties-file", str(properties)]
+        self._start(
+            "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+            "--port", str(port), "--webui-port", str(ui), *common,
+        )  # fmt: skip
+        for i in range(self.workers):
+            work = self.directory / f"work-{i}"
+            work.mkdir()
+            self._start(
+                f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.url,
+                "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                "--webui-port", "0", "--work-dir", str(work), *common,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while self._alive_workers(ui) < self.workers:
+            for process, name in zip(self.processes, self._names(), strict=True):
+                if process.poll() is not None:
+                    log = (self.directory / f"{name}.log").read_text(errors="replace")
+                    raise RuntimeError(f"Spark {name} exited: {log[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark standalone cluster did not start in {timeout} s")
+            time.sleep(0.5)
+
+    def _names(self) -> list[str]:
+        return ["master", *(f"worker-{i}" for i in range(self.workers))][: len(self.processes)]
+
+    @staticmethod
+    def _alive_workers(ui: int) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as answer:
+                return int(json.load(answer)["aliveworkers"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    def stop(self) -> None:
+        """SIGTERM to each process group (workers first), SIGKILL after 15 s."""
+        for process in reversed(self.processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for process in reversed(self.processes):
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # executors left in the group
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def broker_bytes_read(pid: int) -> int:
+    """Bytes the broker process has read through read()/pread() calls (its log files and
+    its sockets): ``rchar`` of /proc/<pid>/io."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise RuntimeError("no rchar in /proc/<pid>/io")
+
+
+class Run:
+    """One Spark session's measurements (local or standalone)."""
+
+    def __init__(self, spark: Any, port: int, partitions: int) -> None:
+        self.spark = spark
+        self.port = port
+        self.partitions = partitions
+
+    def read(self, fmt: str, **options: str) -> tuple[int, float]:
+        """Rows and seconds of a new DataFrame's read and aggregate (planned again) of
+        the backlog, or of what ``options`` subscribe to."""
+        from pyspark.sql import functions as F
+
+        reader = (
+            self.spark.read.format(fmt)
+            .option("brokers", f"0:127.0.0.1:{self.port}")
+            .option("partitionsPerBroker", str(self.partitions))
+        )
+        if "assign" not in options:
+            reader = reader.option("topic", TOPIC)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        start = time.perf_counter()
+        df = reader.load()
+        (result,) = df.agg(F.count("*").alias("rows"), F.sum(F.length("value"))).collect()
+        return int(result["rows"]), time.perf_counter() - start
+
+    def input_partitions(self, **options: str) -> int:
+        reader = self.spark.read.format("kafka07").option("brokers", f"0:127.0.0.1:{self.port}")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return int(reader.load().rdd.getNumPartitions())
+
+
+async def interleaved(
+    reps: int, library: Callable[[], Any], *spark_reads: Callable[[], tuple[int, float]]
+) -> tuple[list[float], list[list[tuple[int, float]]]]:
+    """``reps`` rounds of the library read then each Spark read; library rows/s per round
+    and each Spark read's (rows, seconds) per round."""
+    library_rates: list[float] = []
+    spark: list[list[tuple[int, float]]] = [[] for _ in spark_reads]
+    for _ in range(reps):
+        rows, seconds = await library()
+        library_rates.append(rows / seconds)
+        for i, read in enumerate(spark_reads):
+            spark[i].append(await asyncio.to_thread(read))
+    return library_rates, spark
+
+
+def session(mode: str, master: str | None) -> Any:
     from aiokafka07.spark import local_session
 
-    spark = local_session(cores, "bench-spark", {"spark.driver.memory": "2g"})
-    spark.dataSource.register(_ceiling_source(rows_wanted, partitions))
+    cores = 1 if mode == "local[1]" else 2
+    conf = {"spark.driver.memory": "2g"}
+    if master is not None:
+        conf |= {
+            "spark.executor.memory": "1g",
+            "spark.executor.cores": "1",
+            "spark.cores.max": str(WORKERS),
+            "spark.pyspark.python": sys.executable,
+        }
+        if os.environ.get("PYTHONPATH"):  # executors import this library as the driver does
+            conf["spark.executorEnv.PYTHONPATH"] = os.environ["PYTHONPATH"]
+        conf["spark.master"] = master
+    return local_session(cores, f"bench-spark-{mode}", conf)
 
-    def best_of(fmt: str) -> tuple[int, float]:
-        def read_all() -> int:
-            # A new DataFrame each time: planned and read again from the source.
-            df = (
-                spark.read.format(fmt)
-                .option("brokers", f"0:127.0.0.1:{port}")
-                .option("partitionsPerBroker", str(partitions))
-                .option("topic", TOPIC)
-                .load()
-            )
-            (result,) = df.agg(F.count("*").alias("rows"), F.sum(F.length("value"))).collect()
-            return int(result["rows"])
 
-        read_all()  # warm-up: Python workers start, modules load
-        best, rows = float("inf"), 0
-        for _ in range(runs):
-            start = time.perf_counter()
-            rows = read_all()
-            best = min(best, time.perf_counter() - start)
-        return rows, best
-
+async def measure_mode(
+    mode: str, port: int, args: argparse.Namespace, work: Path, split_bytes: int, broker: int
+) -> dict[str, Any]:
+    cluster = StandaloneCluster(work / "standalone") if mode == "standalone" else None
     try:
-        rows, best = best_of("kafka07")
-        ceiling_rows, ceiling_best = best_of("ceiling")
+        if cluster is not None:
+            cluster.directory.mkdir()
+            await asyncio.to_thread(cluster.start)
+        spark = await asyncio.to_thread(session, mode, cluster.url if cluster else None)
+        try:
+            run = Run(spark, port, args.partitions)
+            return await _measure_session(mode, run, args, split_bytes, broker)
+        finally:
+            await asyncio.to_thread(spark.stop)
     finally:
-        spark.stop()
-    return {
+        if cluster is not None:
+            cluster.stop()
+
+
+async def _measure_session(
+    mode: str, run: Run, args: argparse.Namespace, split_bytes: int, broker: int
+) -> dict[str, Any]:
+    def library() -> Any:
+        return library_read(run.port, args.partitions)
+
+    kafka07 = lambda: run.read("kafka07")  # noqa: E731
+    reads: list[Callable[[], tuple[int, float]]] = [kafka07]
+    local = mode != "standalone"
+    if local:
+        run.spark.dataSource.register(_ceiling_source(args.messages, args.partitions))
+        reads.append(lambda: run.read("ceiling"))
+    for read in reads:
+        await asyncio.to_thread(read)  # warm-up: Python workers start, modules load
+    library_rates, spark = await interleaved(args.reps, library, *reads)
+    rows = spark[0][0][0]
+    rates = [r / s for r, s in spark[0]]
+    units = WORKERS if mode == "standalone" else (1 if mode == "local[1]" else 2)
+    per_unit = [rate / units for rate in rates]
+    figures: dict[str, Any] = {
         "rows": rows,
-        "seconds": best,
-        "rows_per_s": rows / best,
-        "ceiling_rows_per_s": ceiling_rows / ceiling_best,
+        "library_rows_per_s": stats(library_rates),
+        "rows_per_s": stats(rates),
+        ("per_executor" if mode == "standalone" else "per_core") + "_vs_library": stats(
+            [u / lib for u, lib in zip(per_unit, library_rates, strict=True)]
+        ),
+    }
+    if mode == "standalone":
+        figures["executors"] = WORKERS
+        figures["per_executor_rows_per_s"] = stats(per_unit)
+    if local:
+        ceiling = [r / s for r, s in spark[1]]
+        figures["ceiling_rows_per_s"] = stats(ceiling)
+        figures["vs_spark_ceiling"] = stats([a / b for a, b in zip(rates, ceiling, strict=True)])
+    if mode == "local[2]":
+        figures["split"] = await _measure_split(run, args, split_bytes, broker)
+    return figures
+
+
+async def _measure_split(
+    run: Run, args: argparse.Namespace, split_bytes: int, broker: int
+) -> dict[str, Any]:
+    one = {"assign": json.dumps({SPLIT: ["0-0"]})}
+    cut = {**one, "maxBytesPerPartition": str(-(-split_bytes // args.split_pieces))}
+    pieces = await asyncio.to_thread(run.input_partitions, **cut)
+
+    def measured(options: dict[str, str]) -> Callable[[], tuple[int, float, int]]:
+        def read() -> tuple[int, float, int]:
+            before = broker_bytes_read(broker)
+            rows, seconds = run.read("kafka07", **options)
+            return rows, seconds, broker_bytes_read(broker) - before
+
+        return read
+
+    await asyncio.to_thread(measured(cut))  # warm-up
+    single: list[tuple[int, float, int]] = []
+    split: list[tuple[int, float, int]] = []
+    for _ in range(args.reps):
+        single.append(await asyncio.to_thread(measured(one)))
+        split.append(await asyncio.to_thread(measured(cut)))
+
+    def figures(samples: list[tuple[int, float, int]]) -> dict[str, Any]:
+        return {
+            "rows": samples[0][0],
+            "rows_per_s": stats([r / s for r, s, _ in samples]),
+            "broker_read_vs_partition": stats([b / split_bytes for _, _, b in samples]),
+        }
+
+    return {
+        "partition_bytes": split_bytes,
+        "input_partitions": pieces,
+        "single_range": figures(single),
+        "cut_inside_segment": figures(split),
+        "speedup": stats([a[1] / b[1] for a, b in zip(single, split, strict=True)]),
     }
 
 
-async def measure(messages: int, partitions: int, runs: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as log_dir:
-        proc, port = await start_broker(log_dir, partitions=partitions)
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as directory:
+        work = Path(directory)
+        log_dir = work / "logs"
+        log_dir.mkdir()
+        write_segments(log_dir, TOPIC, args.partitions, args.messages)
+        (split_bytes,) = write_segments(log_dir, SPLIT, 1, args.split_messages)
+        proc, port = await start_broker(str(log_dir), partitions=args.partitions)
         try:
-            ends = await fill(port, messages, partitions)
-            library = await library_read(port, partitions, ends, touch=False)
-            touching = await library_read(port, partitions, ends, touch=True)
-            spark = {
-                cores: await asyncio.to_thread(spark_read, port, partitions, cores, runs, messages)
-                for cores in (1, 2)
+            modes = ["local[1]", "local[2]"] + ([] if args.no_standalone else ["standalone"])
+            results = {
+                mode: await measure_mode(mode, port, args, work, split_bytes, proc.pid)
+                for mode in modes
             }
         finally:
             proc.terminate()
             await proc.wait()
-    single = library["rows_per_s"]
+    split = results["local[2]"].pop("split")
     return {
-        "messages": messages,
-        "partitions": partitions,
-        "library_single_process": library,
-        "library_touching_values": touching,
-        "spark": {
-            f"local[{cores}]": {
-                **figures,
-                "per_core_vs_library": figures["rows_per_s"] / cores / single,
-                "vs_spark_ceiling": figures["rows_per_s"] / figures["ceiling_rows_per_s"],
-            }
-            for cores, figures in spark.items()
-        },
-        "scaling_2_over_1": spark[2]["rows_per_s"] / spark[1]["rows_per_s"],
+        "messages": args.messages,
+        "partitions": args.partitions,
+        "reps": args.reps,
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "spark": results,
+        "scaling_2_over_1": results["local[2]"]["rows_per_s"]["median"]
+        / results["local[1]"]["rows_per_s"]["median"],
+        "split": split,
     }
 
 
+def _spread(s: dict[str, float], fmt: str = ",.0f") -> str:
+    return f"{s['median']:{fmt}} [{s['min']:{fmt}} - {s['max']:{fmt}}]"
+
+
 def render(results: dict[str, Any]) -> str:
-    lib = results["library_single_process"]
+    load = results["load_average"]
     lines = [
-        f"{results['messages']:,} messages of {PAYLOAD} B over {results['partitions']} partitions",
-        f"  library, one process     {lib['rows_per_s']:>12,.0f} rows/s (records decoded)",
-        f"  ... summing value sizes  {results['library_touching_values']['rows_per_s']:>12,.0f}"
-        " rows/s (one Python step per record)",
+        f"{results['messages']:,} messages of {PAYLOAD} B over {results['partitions']} "
+        f"partitions; {results['reps']} interleaved repetitions, median [min - max]",
+        f"load average before {load['before'][0]:.2f}, after {load['after'][0]:.2f}",
     ]
-    for name, figures in results["spark"].items():
-        lines.append(
-            f"  spark {name:<18} {figures['rows_per_s']:>12,.0f} rows/s  "
-            f"per core {figures['per_core_vs_library']:.0%} of the library (target 70%)"
-        )
-        lines.append(
-            f"    Spark's own ceiling     {figures['ceiling_rows_per_s']:>12,.0f} rows/s "
-            f"(a source that does nothing); kafka07 reaches {figures['vs_spark_ceiling']:.0%}"
-        )
+    for mode, figures in results["spark"].items():
+        unit = "executor" if mode == "standalone" else "core"
+        lines += [
+            f"  {mode}: {figures['rows']:,} rows",
+            f"    library, one process   {_spread(figures['library_rows_per_s'])} rows/s",
+            f"    spark                  {_spread(figures['rows_per_s'])} rows/s",
+            f"    per {unit} vs library  {_spread(figures[f'per_{unit}_vs_library'], '.0%')}",
+        ]
+        if "ceiling_rows_per_s" in figures:
+            lines += [
+                f"    Spark's own ceiling    {_spread(figures['ceiling_rows_per_s'])} rows/s",
+                f"    kafka07 vs ceiling     {_spread(figures['vs_spark_ceiling'], '.0%')}",
+            ]
     lines.append(f"  local[2] / local[1]      {results['scaling_2_over_1']:.2f}x")
+    split = results["split"]
+    lines.append(
+        f"  one partition, one segment of {split['partition_bytes']:,} B, local[2]: "
+        f"{split['input_partitions']} input partitions when cut"
+    )
+    for name in ("single_range", "cut_inside_segment"):
+        f = split[name]
+        lines.append(
+            f"    {name:<20} {_spread(f['rows_per_s'])} rows/s, broker read "
+            f"{_spread(f['broker_read_vs_partition'], '.3f')}x the partition"
+        )
+    lines.append(f"    speedup              {_spread(split['speedup'], '.2f')}x")
     return "\n".join(lines)
 
 
@@ -223,10 +478,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--split-messages", type=int, default=1_000_000)
+    parser.add_argument("--split-pieces", type=int, default=4)
+    parser.add_argument("--no-standalone", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = asyncio.run(measure(args.messages, args.partitions, args.runs))
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # unwinds through every finally: all is stopped
+
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        results = asyncio.run(measure(args))
+    except KeyboardInterrupt:
+        print("interrupted; everything started was stopped", file=sys.stderr)
+        sys.exit(130)
     print(json.dumps(results, indent=2) if args.json else render(results))
 
 

@@ -79,16 +79,25 @@ def test_group_benchmark_reports_throughput_memory_and_convergence() -> None:
     assert figures["convergence"]["leave_s"] > 0
 
 
-def test_spark_benchmark_reports_both_core_counts_and_the_ceiling() -> None:
+def test_spark_benchmark_reports_local_standalone_and_split_reads() -> None:
+    """Also starts and stops a Spark standalone cluster (a master and 2 workers)."""
     pytest.importorskip("pyspark")
-    figures = run_json("bench_spark.py", "--messages", "40000", "--partitions", "2", "--runs", "1")
-    assert figures["library_single_process"]["rows"] == 40000
-    for cores in ("local[1]", "local[2]"):
-        spark = figures["spark"][cores]
-        assert spark["rows"] == 40000  # Spark read every message once
-        assert spark["rows_per_s"] > 0
-        assert spark["ceiling_rows_per_s"] > 0
-    assert figures["scaling_2_over_1"] > 0
+    figures = run_json(
+        "bench_spark.py", "--messages", "20000", "--partitions", "2", "--reps", "1",
+        "--split-messages", "20000",
+    )  # fmt: skip
+    for mode in ("local[1]", "local[2]", "standalone"):
+        spark = figures["spark"][mode]
+        assert spark["rows"] == 20000  # Spark read every message once
+        assert spark["rows_per_s"]["median"] > 0
+        assert spark["library_rows_per_s"]["median"] > 0
+    assert figures["spark"]["local[1]"]["ceiling_rows_per_s"]["median"] > 0
+    assert figures["spark"]["standalone"]["per_executor_vs_library"]["median"] > 0
+    split = figures["split"]
+    assert split["input_partitions"] >= 2  # cut inside the one segment
+    for read in ("single_range", "cut_inside_segment"):
+        assert split[read]["rows"] == 20000
+        assert split[read]["broker_read_vs_partition"]["median"] >= 1
 
 
 def test_hostile_benchmark_reports_bomb_snappy_and_mid_message_figures() -> None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +29,8 @@ from aiokafka07 import Producer, SimpleConsumer
 from aiokafka07.partitioner import default_partition
 from aiokafka07.protocol import LATEST
 from aiokafka07.spark import activate, local_session
+from aiokafka07.spark.reader import SCHEMA, OffsetRange, RangeEndError, read_range
+from aiokafka07.spark.runtime import WorkerRuntime
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.znodes import GroupRegistry
 from aiokafka07.zookeeper import ZooKeeper
@@ -33,6 +38,8 @@ from aiokafka07.zookeeper import ZooKeeper
 from .test_fetch_size import INNER_PARTIAL_SET, write_inner_partial_wrapper
 
 T = TypeVar("T")
+
+REPOSITORY = Path(__file__).resolve().parent.parent
 
 Row = tuple[str, int, int, int, bytes]  # topic, broker, partition, offset, value
 
@@ -197,14 +204,21 @@ async def test_corrupt_data_inside_a_wrapper_fails_the_task_with_the_typed_error
             await rows(await load(spark, zookeeper, topic="wrapped"))
 
 
-async def test_bad_options_fail_the_action_naming_the_option(
+async def test_bad_options_fail_load_and_save_naming_the_option(
     spark: SparkSession, zookeeper: str
 ) -> None:
-    df = spark.read.format("kafka07").option("zookeeper", zookeeper).load()
     with pytest.raises(Exception, match="'topic'"):
-        await spark_call(df.collect)
-    df = await load(spark, zookeeper, topic="t", startingOffset="earliest")  # typo
+        await load(spark, zookeeper)
     with pytest.raises(Exception, match="'startingoffset'"):
+        await load(spark, zookeeper, topic="t", startingOffset="earliest")  # typo
+    # Spark's Kafka options: the error names what to use instead.
+    with pytest.raises(Exception, match="'zookeeper'"):
+        await load(spark, zookeeper, topic="t", **{"kafka.bootstrap.servers": "127.0.0.1:9092"})
+    with pytest.raises(Exception, match="'maxBytesPerTrigger'"):
+        await load(spark, zookeeper, topic="t", maxOffsetsPerTrigger="1000")
+    # Right for a stream, wrong for a batch: load() passes, the batch read names it.
+    df = await load(spark, zookeeper, topic="t", group="g")
+    with pytest.raises(Exception, match="'group' applies to streaming"):
         await spark_call(df.collect)
     frame = spark.createDataFrame([("v",)], "value string")
     with pytest.raises(Exception, match="'compression'"):
@@ -223,10 +237,77 @@ async def test_bad_options_fail_the_action_naming_the_option(
         )
 
 
-async def test_unreachable_zookeeper_is_a_clear_job_error(spark: SparkSession) -> None:
+async def test_planning_names_what_the_cluster_does_not_have(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str
+) -> None:
+    """Every mistake fails when the read is planned (no task runs), naming the topic,
+    broker-partition or offset, in well under the time one task would take."""
+    async with kafka_cluster(1, num_partitions=2):
+        await produce(zookeeper, "known", [b"x" * 20] * 10, "none", [(0, 0)])
+
+        async def fails(match: str, **options: str) -> None:
+            df = await load(spark, zookeeper, **options)
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(Exception, match=match):
+                await spark_call(df.collect)
+            assert asyncio.get_running_loop().time() - started < 60
+
+        await fails(r"topic 'nope' does not exist.*topics: known", topic="nope")
+        await fails(r"option 'topicPattern': no topic matches", topicPattern="zz.*")
+        await fails(
+            r"option 'startingOffsets' names known/7-9, which is not a broker-partition",
+            topic="known",
+            startingOffsets='{"7-9": 0}',
+        )
+        await fails(
+            r"option 'assign' names known/0-5, which is not a broker-partition",
+            assign='{"known": ["0-5"]}',
+        )
+        # "Message 5": an offset is a byte position, and 5 is inside the first message.
+        await fails(
+            r"option 'startingOffsets': offset 5 of known/0-0 is not a message boundary",
+            topic="known",
+            startingOffsets='{"0-0": 5}',
+        )
+        await fails(
+            r"option 'endingOffsets': offset 33 of known/0-0 is not a message boundary",
+            topic="known",
+            endingOffsets='{"0-0": 33}',
+        )
+        # A user-given schema: a column the source does not have is named.
+        df = spark.read.format("kafka07").schema("value binary, key string")
+        df = df.option("zookeeper", zookeeper).option("topic", "known").load()
+        with pytest.raises(Exception, match="'key string'"):
+            await spark_call(df.collect)
+        # ... and one that selects some columns reads just those.
+        df = spark.read.format("kafka07").schema("offset long, value binary")
+        df = df.option("zookeeper", zookeeper).option("topic", "known").load()
+        picked = await spark_call(df.collect)
+        assert sorted((r.offset, bytes(r.value)) for r in picked) == [
+            (30 * (i + 1), b"x" * 20) for i in range(10)
+        ]
+
+
+async def test_unreachable_cluster_fails_reads_and_writes_when_planned(
+    spark: SparkSession,
+) -> None:
     df = await load(spark, "127.0.0.1:1", topic="t", requestTimeoutMs="2000")
-    with pytest.raises(Exception, match=r"ZooKeeper|127\.0\.0\.1:1"):
+    with pytest.raises(Exception, match=r"ZooKeeper session at 127\.0\.0\.1:1"):
         await spark_call(df.collect)
+    frame = spark.createDataFrame([("a",), ("b",)], "value string")
+    for where, address in (("zookeeper", "127.0.0.1:1"), ("brokers", "0:127.0.0.1:1")):
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(Exception, match=f"kafka07 cannot write to {address}"):
+            await spark_call(
+                frame.write.format("kafka07")
+                .option(where, address)  # nothing listens there
+                .option("topic", "t")
+                .option("requestTimeoutMs", "2000")
+                .mode("append")
+                .save
+            )
+        # On the driver, once: not every task four times over.
+        assert asyncio.get_running_loop().time() - started < 20
 
 
 async def test_write_then_read_back_with_keys_on_java_partitions(
@@ -252,10 +333,10 @@ async def test_write_then_read_back_with_keys_on_java_partitions(
         assert where[value.encode()] == SPREAD[default_partition(key, len(SPREAD))], key
 
 
-async def test_topic_column_routes_rows(
+async def test_topic_and_partition_columns_route_rows(
     spark: SparkSession, kafka_cluster: Any, zookeeper: str
 ) -> None:
-    async with kafka_cluster(1) as cluster:
+    async with kafka_cluster(2, num_partitions=2) as cluster:
         frame = spark.createDataFrame(
             [("left", b"1"), ("right", b"2"), ("left", b"3")], "topic string, value binary"
         )
@@ -264,6 +345,178 @@ async def test_topic_column_routes_rows(
         )
         assert sorted(r[4] for r in await log_contents(cluster, "left")) == [b"1", b"3"]
         assert [r[4] for r in await log_contents(cluster, "right")] == [b"2"]
+        # Explicit placement: "<broker>-<partition>", or broker_id and partition ints
+        # (as a kafka07 read returns them); a null partition leaves it to the key.
+        placed = spark.createDataFrame(
+            [("1-1", b"a"), ("0-1", b"b"), ("1-0", b"c")], "partition string, value binary"
+        )
+        copied = spark.createDataFrame(
+            [(1, 1, b"d"), (0, 0, b"e")], "broker_id int, partition int, value binary"
+        )
+        for frame in (placed, copied):
+            await spark_call(
+                frame.write.format("kafka07")
+                .option("zookeeper", zookeeper)
+                .option("topic", "placed")
+                .mode("append")
+                .save
+            )
+        where = {r[4]: (r[1], r[2]) for r in await log_contents(cluster, "placed")}
+        assert where == {b"a": (1, 1), b"b": (0, 1), b"c": (1, 0), b"d": (1, 1), b"e": (0, 0)}
+        with pytest.raises(Exception, match="'broker_id'"):
+            await spark_call(
+                spark.createDataFrame([(1, b"f")], "partition int, value binary")
+                .write.format("kafka07")
+                .option("zookeeper", zookeeper)
+                .option("topic", "placed")
+                .mode("append")
+                .save
+            )
+
+
+async def log_order(cluster: KafkaCluster, topic: str) -> dict[tuple[int, int], list[bytes]]:
+    """The values of each broker-partition of ``topic`` in log order."""
+    found: dict[tuple[int, int], list[bytes]] = {}
+    for broker in cluster.running:
+        async with SimpleConsumer(broker.host, broker.port, broker_id=broker.broker_id) as c:
+            for partition in range(broker.config.partitions_for(topic)):
+                found[(broker.broker_id, partition)] = [
+                    m.value async for m in c.messages(topic, partition, 0)
+                ]
+    return found
+
+
+async def produce_mixed(zookeeper: str, topic: str, rounds: int, per_round: int) -> None:
+    """Plain messages next to gzip and snappy wrappers on broker-partitions 0-0 and 0-1:
+    the messages of a wrapper share an offset with each other and with the message
+    before the wrapper."""
+    for r in range(rounds):
+        for codec in ("none", "gzip", "snappy"):
+            values = [b"%s-%02d-%04d" % (codec.encode(), r, i) for i in range(per_round)]
+            await produce(zookeeper, topic, values, codec, [(0, 0), (0, 1)], batch_size=25)
+
+
+WITH_SEQ = tuple[int, int, int, int, bytes]  # broker, partition, offset, offset_seq, value
+
+
+async def rows_with_seq(df: DataFrame) -> list[WITH_SEQ]:
+    collected = await spark_call(df.collect)
+    return sorted(
+        (r.broker_id, r.partition, r.offset, r.offset_seq, bytes(r.value)) for r in collected
+    )
+
+
+async def test_offset_seq_makes_rows_unique_and_cuts_inside_a_segment_change_nothing(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str
+) -> None:
+    async with kafka_cluster(1, num_partitions=2) as cluster:
+        await produce_mixed(zookeeper, "mixed", 4, 300)
+        order = await log_order(cluster, "mixed")
+        whole = await rows_with_seq(await load(spark, zookeeper, topic="mixed"))
+        # Unique, and (offset, offset_seq) is log order, though offsets repeat.
+        assert len(whole) == 4 * 3 * 300
+        assert len({r[:4] for r in whole}) == len(whole)
+        assert len({r[:3] for r in whole}) < len(whole) / 2
+        for (broker, partition), values in order.items():
+            assert [r[4] for r in whole if r[:2] == (broker, partition)] == values
+        # Each partition is one segment; cut inside it, the read is the same.
+        broker = cluster.running[0]
+        async with SimpleConsumer(broker.host, broker.port) as c:
+            assert len(await c.offsets_before("mixed", 0, LATEST, 100)) == 2  # start and end
+            (end,) = await c.offsets_before("mixed", 0, LATEST, 1)
+        split = await load(
+            spark,
+            zookeeper,
+            topic="mixed",
+            maxBytesPerPartition=str(end // 5),
+            maxMessageSize="2000",  # no wrapper here is larger (25 short messages)
+        )
+        assert await spark_call(lambda: split.rdd.getNumPartitions()) >= 8
+        assert await rows_with_seq(split) == whole
+        # A range cut where no message starts fails its task, loudly.
+        runtime = WorkerRuntime()
+        try:
+            first = whole[0][2]  # the end of 0-0's first entry
+            cut = OffsetRange(zookeeper, "mixed", 0, 0, broker.host, broker.port, 0, first + 5,
+                              1 << 20, 5.0, True)  # fmt: skip
+            with pytest.raises(RangeEndError, match=f"{first + 5} is not a message boundary"):
+                await asyncio.to_thread(
+                    lambda: list(runtime.iterate(read_range(cut, runtime, SCHEMA)))
+                )
+        finally:
+            runtime.shutdown()
+
+
+async def test_assign_and_starting_timestamps_read_what_they_name(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str
+) -> None:
+    async with kafka_cluster(1, num_partitions=2, log_file_size=1000):
+        # A message larger than a segment makes the next write start a new segment.
+        big1, big2 = b"1" * 1500, b"2" * 1500
+        old = [b"old-%03d" % i for i in range(20)]
+        for written in ([big1], old, [big2]):  # one write each
+            await produce(zookeeper, "timed", written, "none", [(0, 0)])
+        await produce(zookeeper, "timed", [b"other"], "none", [(0, 1)])
+        loop = asyncio.get_running_loop()
+        when = int(time.time() * 1000)  # every segment so far was last written before
+        deadline = loop.time() + 10
+        while int(time.time() * 1000) < when + 50:  # file times are a few ms coarse
+            assert loop.time() < deadline
+            await asyncio.sleep(0.01)
+        new = [b"new-%03d" % i for i in range(10)]
+        await produce(zookeeper, "timed", new, "none", [(0, 0)])
+
+        async def values(**options: str) -> list[tuple[int, int, bytes]]:
+            df = await load(spark, zookeeper, **options)
+            return sorted((r[1], r[2], r[4]) for r in await rows(df))
+
+        assert await values(assign='{"timed": ["0-1"]}') == [(0, 1, b"other")]
+        # 0.7 knows times per segment: the read starts at the newest segment start
+        # written at or before the time, so it misses nothing after it.
+        since = sorted([(0, 0, v) for v in [*old, big2, *new]] + [(0, 1, b"other")])
+        assert await values(topic="timed", startingTimestamp=str(when)) == since
+        by_partition = json.dumps({"0-0": when})  # 0-1: the default, earliest
+        assert await values(topic="timed", startingOffsetsByTimestamp=by_partition) == since
+        assert await values(subscribe="timed", startingTimestamp="0") == sorted(
+            [(0, 0, v) for v in [big1, *old, big2, *new]] + [(0, 1, b"other")]
+        )
+
+
+async def test_filters_on_broker_and_partition_are_pushed_down(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str
+) -> None:
+    async with kafka_cluster(1, num_partitions=2) as cluster:
+        await produce(zookeeper, "pushed", [b"v%02d" % i for i in range(40)], "none", SPREAD[:2])
+        broker = cluster.running[0]
+        # Broker 1 is listed but nothing listens there: planning that asks it fails.
+        brokers = f"0:{broker.host}:{broker.port},1:127.0.0.1:1"
+
+        async def read(where: str, pushdown: str) -> list[Row]:
+            def build() -> DataFrame:
+                return (
+                    spark.read.format("kafka07")
+                    .option("brokers", brokers)
+                    .option("partitionsPerBroker", "2")
+                    .option("topic", "pushed")
+                    .option("requestTimeoutMs", "2000")
+                    .option("filterPushdown", pushdown)
+                    .load()
+                    .where(where)
+                )
+
+            return await rows(await spark_call(build))
+
+        with pytest.raises(Exception, match=r"spark\.sql\.python\.filterPushdown\.enabled"):
+            await read("broker_id = 0", "true")  # PySpark refuses it while its switch is off
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        try:
+            got = await read("broker_id = 0 and partition in (1) and topic = 'pushed'", "true")
+            assert [r[4] for r in got] == [b"v%02d" % i for i in range(1, 40, 2)]
+            assert {r[1:3] for r in got} == {(0, 1)}
+            with pytest.raises(Exception, match=r"broker 1 at 127\.0\.0\.1:1"):
+                await read("broker_id = 0", "false")  # Spark filters after the read
+        finally:
+            spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
 
 
 def start_stream(
@@ -325,6 +578,60 @@ async def test_stream_restarts_from_its_checkpoint_without_gaps_or_duplicates(
     assert got == expected  # every message once: no gap, no duplicate, same offsets
 
 
+DRIVER = Path(__file__).with_name("spark_stream_driver.py")
+
+
+def batch_under_way(checkpoint: Path, after: int) -> int | None:
+    """A micro-batch later than ``after`` that has started (its offsets are in the
+    checkpoint) and not finished (no commit yet), if there is one."""
+    started = [int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")]
+    for batch in sorted(started, reverse=True):
+        if batch > after and not (checkpoint / "commits" / str(batch)).exists():
+            return batch
+    return None
+
+
+async def test_stream_is_exactly_once_with_its_driver_killed_twice_mid_batch(
+    spark: SparkSession, kafka_cluster: Any, zookeeper: str, tmp_path: Path
+) -> None:
+    """The driver (a process of its own) is SIGKILLed twice while a micro-batch runs;
+    restarted from its checkpoint, the query's sink holds every message exactly once,
+    with the same (offset, offset_seq) as a batch read."""
+    checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
+    loop = asyncio.get_running_loop()
+    async with kafka_cluster(1, num_partitions=2):
+        await produce_mixed(zookeeper, "killed", 1, 300)
+        killed = -1
+        for kill in (True, True, False):
+            driver = await asyncio.create_subprocess_exec(
+                sys.executable, str(DRIVER), zookeeper, "killed", str(checkpoint), str(sink),
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            )  # fmt: skip
+            try:
+                if not kill:
+                    _, stderr = await asyncio.wait_for(driver.communicate(), 240)
+                    assert driver.returncode == 0, stderr.decode()[-3000:]
+                    break
+                deadline = loop.time() + 180
+                while (batch := batch_under_way(checkpoint, killed)) is None:
+                    assert driver.returncode is None, (await driver.communicate())[1][-3000:]
+                    assert loop.time() < deadline, "no micro-batch started"
+                    await asyncio.sleep(0.02)
+                os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM and its workers
+                await driver.wait()
+                assert not (checkpoint / "commits" / str(batch)).exists()  # mid-batch
+                killed = batch
+            finally:
+                if driver.returncode is None:
+                    os.killpg(driver.pid, signal.SIGKILL)
+                    await driver.wait()
+        assert killed >= 1
+        expected = await rows_with_seq(await load(spark, zookeeper, topic="killed"))
+        got = await rows_with_seq(spark.read.parquet(str(sink)))
+    assert len(expected) == 3 * 300
+    assert got == expected
+
+
 async def test_streaming_write_copies_a_topic(
     spark: SparkSession, kafka_cluster: Any, zookeeper: str, tmp_path: Path
 ) -> None:
@@ -354,26 +661,45 @@ async def test_streaming_write_copies_a_topic(
     assert sorted(copied) == values
 
 
-async def test_undeliverable_write_fails_the_job(spark: SparkSession) -> None:
-    frame = spark.createDataFrame([("a",), ("b",)], "value string")
-    with pytest.raises(Exception, match=r"ProducerClosedError|not delivered"):
-        await spark_call(
-            frame.write.format("kafka07")
-            .option("brokers", "0:127.0.0.1:1")  # nothing listens there
-            .option("topic", "t")
-            .option("requestTimeoutMs", "2000")
-            .mode("append")
-            .save
+def test_an_editable_install_is_found_without_registering(tmp_path: Path) -> None:
+    """``pip install -e`` of a copy of the project into a fresh virtual environment, then
+    ``format("kafka07")`` with no ``register()``: PySpark's lookup lists ``sys.path`` for
+    ``pyspark_*`` modules, which the editable install must put there."""
+    project = tmp_path / "project"
+    shutil.copytree(
+        REPOSITORY,
+        project,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "tests"
+        ),
+    )
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        check=True,
+        timeout=120,
+    )
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only what pip installs
+
+    def run(*command: str, cwd: Path) -> str:
+        done = subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
         )
+        errors = [line for line in done.stderr.splitlines() if "Error" in line]
+        assert done.returncode == 0, "\n".join(errors)[-3000:] or done.stderr[-3000:]
+        return done.stdout
 
-
-def test_format_is_found_without_registering(tmp_path: Path) -> None:
-    """PySpark finds the source through the installed ``pyspark_kafka07`` module."""
+    # --no-build-isolation: the machine's setuptools, no download; --no-deps: all present.
+    run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", ".",
+        cwd=project)  # fmt: skip
     script = tmp_path / "lookup.py"
     script.write_text(
         "import os, sys\n"
         "os.environ['PYSPARK_PYTHON'] = sys.executable\n"
         "os.environ['SPARK_LOCAL_IP'] = '127.0.0.1'\n"
+        "import aiokafka07\n"
+        "print(aiokafka07.__file__)\n"
         "from pyspark.sql import SparkSession\n"
         "spark = (SparkSession.builder.master('local[1]')\n"
         "         .config('spark.ui.enabled', 'false')\n"
@@ -384,12 +710,11 @@ def test_format_is_found_without_registering(tmp_path: Path) -> None:
         "print(df.schema.simpleString())\n"
         "spark.stop()\n"
     )
-    result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "struct<topic:string,broker_id:int,partition:int,offset:bigint,value:binary>" in (
-        result.stdout
+    stdout = run(python, str(script), cwd=tmp_path)
+    assert str(project / "aiokafka07" / "__init__.py") in stdout  # the copy, editable
+    assert (
+        "struct<topic:string,broker_id:int,partition:int,offset:bigint,offset_seq:int,"
+        "value:binary>" in stdout
     )
 
 

@@ -74,12 +74,94 @@ def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -
         read(**options)
 
 
+def test_spark_kafka_subscriptions() -> None:
+    assert read(subscribe="b,a", **ZK).topics == ["a", "b"]
+    o = read(subscribePattern="clicks-.*", **ZK)
+    assert (o.topics, o.pattern, o.subscription) == (None, "clicks-.*", "subscribePattern")
+    o = read(assign='{"clicks": ["0-1", "1-0"], "views": ["0-0"]}', **ZK)
+    assert o.topics == ["clicks", "views"]
+    assert o.assigned == {"clicks": frozenset({"0-1", "1-0"}), "views": frozenset({"0-0"})}
+    # Static brokers: assign says which partitions there are.
+    o = read(assign='{"t": ["1-3"]}', brokers="1:127.0.0.1:9092")
+    assert o.partitions_per_broker is None
+
+
+def test_starting_timestamps() -> None:
+    o = read(topic="t", startingTimestamp="1700000000000", **ZK)
+    assert (o.starting.kind, o.starting.option) == ("timestamp", "startingTimestamp")
+    assert o.starting.for_partition("t", "3-1") == 1700000000000
+    o = read(True, topic="t", startingOffsetsByTimestamp='{"0-1": 1700000000000}', **ZK)
+    assert o.starting.kind == "timestamp"
+    assert o.starting.for_partition("t", "0-1") == 1700000000000
+    assert o.starting.for_partition("t", "0-0") == LATEST  # a stream's default
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"assign": "[1, 2]", **ZK}, "'assign'"),
+        ({"assign": '{"t": [0, 1]}', **ZK}, "'<broker>-<partition>'"),
+        ({"assign": '{"t": []}', **ZK}, "'assign'"),
+        ({"assign": '{"bad/name": ["0-0"]}', **ZK}, "'assign'"),
+        ({"assign": '{"t": ["2-0"]}', "brokers": "0:127.0.0.1:1"}, "'brokers' does not list"),
+        (
+            {"assign": '{"t": ["0-0"]}', "startingOffsets": '{"0-1": 5}', **ZK},
+            "names t/0-1, which 'assign' does not list",
+        ),
+        ({"topic": "t", "subscribe": "u", **ZK}, "'subscribe'"),
+        ({"subscribePattern": "(", **ZK}, "'subscribePattern'"),
+        (
+            {"topic": "t", "startingTimestamp": "5", "startingOffsets": "earliest", **ZK},
+            "at most one",
+        ),
+        ({"topic": "t", "startingTimestamp": "soon", **ZK}, "'startingTimestamp'"),
+        ({"topic": "t", "startingOffsetsByTimestamp": "earliest", **ZK}, "JSON"),
+        ({"topic": "t", "maxMessageSize": "0", **ZK}, "'maxMessageSize'"),
+        ({"topic": "t", "maxMessageSize": str(1 << 30), **ZK}, "'maxMessageSize' must be at most"),
+    ],
+)
+def test_bad_subscriptions_and_times_name_the_option(options: dict[str, str], named: str) -> None:
+    with pytest.raises(OptionError, match=named):
+        read(**options)
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        ("kafka.bootstrap.servers", "'zookeeper'"),
+        ("kafka.security.protocol", "'kafka.\\*' options configure Spark's Kafka"),
+        ("maxOffsetsPerTrigger", "'maxBytesPerTrigger'"),
+        ("minPartitions", "'maxBytesPerPartition'"),
+        ("endingTimestamp", "'endingOffsets'"),
+        ("groupIdPrefix", "'group'"),
+        ("includeHeaders", "no headers"),
+    ],
+)
+def test_spark_kafka_options_without_a_07_meaning_name_what_to_use(option: str, named: str) -> None:
+    with pytest.raises(OptionError, match=f"option {option.lower()!r} of Spark's Kafka source"):
+        read(topic="t", **{option: "x"}, **ZK)
+    with pytest.raises(OptionError, match=named):
+        read(topic="t", **{option: "x"}, **ZK)
+
+
+def test_load_refuses_only_what_neither_a_batch_nor_a_stream_accepts() -> None:
+    ReadOptions.check({"topic": "t", "group": "g", **ZK})  # a stream's option
+    ReadOptions.check({"topic": "t", "endingOffsets": "latest", **ZK})  # a batch's
+    with pytest.raises(OptionError, match="'topic'"):
+        ReadOptions.check(ZK)
+    with pytest.raises(OptionError, match=r"as a batch read: .*'group'.*as a streaming read: "):
+        ReadOptions.check({"topic": "t", "group": "g", "endingOffsets": "latest", **ZK})
+
+
 def test_stream_only_and_batch_only_options() -> None:
     assert read(True, topic="t", group="g", maxBytesPerTrigger="100", **ZK).group == "g"
     with pytest.raises(OptionError, match="'endingOffsets'"):
         read(True, topic="t", endingOffsets="latest", **ZK)
     with pytest.raises(OptionError, match="'group'"):
         read(True, topic="t", group="g", brokers="0:127.0.0.1:1", partitionsPerBroker="1")
+    assert read(topic="t", filterPushdown="true", **ZK).filter_pushdown
+    with pytest.raises(OptionError, match="'filterPushdown' applies to batch reads only"):
+        read(True, topic="t", filterPushdown="true", **ZK)
 
 
 def test_write_options() -> None:
@@ -90,6 +172,8 @@ def test_write_options() -> None:
         WriteOptions.parse({**ZK, "compression": "lz4"})
     with pytest.raises(OptionError, match="'startingOffsets'"):
         WriteOptions.parse({**ZK, "topic": "t", "startingOffsets": "earliest"})
+    with pytest.raises(OptionError, match="'assign' applies to reads only"):
+        WriteOptions.parse({**ZK, "assign": '{"t": ["0-0"]}'})
 
 
 BOUNDARIES = [0, 100, 250, 260, 900, 1000]

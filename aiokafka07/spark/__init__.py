@@ -10,7 +10,9 @@ PySpark find it on its own, through the ``pyspark_kafka07`` module)::
           .option("zookeeper", "127.0.0.1:2181").option("topic", "events").load())
 
 Columns: ``topic``, ``broker_id``, ``partition``, ``offset`` (0.7.2 next-offset
-semantics) and ``value`` (binary). See the README for every option.
+semantics), ``offset_seq`` (tells apart the messages of a compressed wrapper, which share
+an offset: ``(broker_id, partition, offset, offset_seq)`` is unique per topic) and
+``value`` (binary). See the README for every option.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .options import OptionError
-from .reader import SCHEMA_DDL, DataLossError
+from .reader import SCHEMA_DDL, DataLossError, RangeEndError
 from .source import Kafka07DataSource
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "DataLossError",
     "Kafka07DataSource",
     "OptionError",
+    "RangeEndError",
     "activate",
     "local_session",
     "register",

@@ -1,37 +1,56 @@
 """What to read: the broker-partitions of the topics, their offsets, and how to split them.
 
 Runs where Spark plans a read (a Python worker process of the driver): discovers the
-broker-partitions from ZooKeeper (``/brokers/ids``, ``/brokers/topics/<topic>/<broker>``)
-or a static broker list, and asks each broker for its segment start offsets and log end
-with one OFFSETS request per broker-partition (PROTOCOL §11), pipelined.
+broker-partitions from ZooKeeper (through :mod:`aiokafka07.znodes`) or a static broker
+list, and asks each broker for its segment start offsets and log end with one OFFSETS
+request per broker-partition (PROTOCOL §11), pipelined.
 
 In 0.7 an offset is a byte position, so a read range can only start or stop between
 messages. Known boundaries without reading any data are the segment starts and the log
-end; :func:`split_range` cuts only there. The splitting rules are pure functions.
+end; :func:`split_range` cuts there. A stretch longer than the wanted size with no
+segment start inside is cut where :mod:`.boundaries` finds a message boundary from one
+small FETCH at the wanted position (:func:`plan_pieces`). Whatever the options name
+(topics, broker-partitions, offsets, times) is checked here against what the cluster
+says, and a mistake raises :class:`OptionError` naming the option.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..connection import BrokerAddress
-from ..errors import KafkaError, ZooKeeperError
+from ..errors import KafkaError
 from ..pool import ConnectionPool
-from ..protocol import LATEST
+from ..protocol import EARLIEST, LATEST
 from ..records import TopicPartition
-from ..znodes import read_brokers, read_topic_registrations, read_topics, topic_path
+from ..znodes import (
+    BROKER_TOPICS,
+    read_brokers,
+    read_topic_registrations,
+    read_topics,
+    topic_exists,
+)
 from ..zookeeper import ZooKeeper
-from .options import Connection
+from .boundaries import ENTRY_OVERHEAD, Fetch, check_boundary, cut_after
+from .options import Assignment, Connection, OffsetSpec, OptionError
 
 __all__ = [
+    "Discovery",
     "PartitionState",
+    "check_named",
+    "check_user_offset",
     "describe",
     "discover",
+    "fetcher",
+    "plan_pieces",
+    "resolve",
     "split_range",
+    "wanted_cuts",
 ]
 
 #: Enough OFFSETS entries to list every segment of a partition (0.7.2 answers newest first).
@@ -51,6 +70,11 @@ class PartitionState:
     @property
     def name(self) -> str:
         return self.tp.name
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(topic, ``"b-p"``): how offsets options and streaming offsets name it."""
+        return self.tp.topic, self.tp.name
 
     def boundary_at_or_before(self, offset: int) -> int | None:
         """The largest known message boundary <= ``offset`` (None if there is none)."""
@@ -92,49 +116,118 @@ def split_range(
     return ranges
 
 
+def wanted_cuts(
+    start: int, end: int, boundaries: Sequence[int], max_bytes: int, lead: int = 0
+) -> list[tuple[int, int]]:
+    """Where ``[start, end)`` needs cuts that no known boundary gives: for each stretch
+    between known boundaries longer than ``max_bytes``, positions that divide it into
+    equal pieces of at most ``max_bytes``, each as ``(position - lead, stretch end)``
+    (a cut is searched for from ``lead`` bytes before where it is wanted; never before
+    the stretch starts)."""
+    edges = [start, *(b for b in boundaries if start < b < end), end]
+    wanted: list[tuple[int, int]] = []
+    for low, high in itertools.pairwise(edges):
+        pieces = -(-(high - low) // max_bytes)
+        wanted.extend(
+            (max(low, low + (high - low) * k // pieces - lead), high) for k in range(1, pieces)
+        )
+    return wanted
+
+
+async def plan_pieces(
+    state: PartitionState,
+    start: int,
+    end: int,
+    max_bytes: int | None,
+    fetch: Fetch,
+    max_message_size: int,
+) -> list[tuple[int, int]]:
+    """``[start, end)`` of ``state`` cut into pieces of about ``max_bytes``, at segment
+    starts and, inside segments, at boundaries found from a window of about
+    ``max_message_size`` bytes per cut (:func:`~.boundaries.cut_after`)."""
+    if max_bytes is None or end - start <= max_bytes:
+        return split_range(start, end, state.boundaries, max_bytes)
+    max_entry = max_message_size + ENTRY_OVERHEAD
+    wanted = wanted_cuts(start, end, state.boundaries, max_bytes, lead=max_entry)
+    found = await asyncio.gather(
+        *(cut_after(fetch, at, before, max_entry) for at, before in wanted)
+    )
+    cuts = sorted({*state.boundaries, *(b for b in found if b is not None)})
+    return split_range(start, end, cuts, max_bytes)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The broker-partitions found, and why a topic asked for has none."""
+
+    found: list[tuple[TopicPartition, BrokerAddress]]
+    absent: dict[str, str] = field(default_factory=dict)  # topic -> why it has none
+    matched_nothing: str | None = None  # a pattern no topic matches: the known topics
+
+
 async def discover(
     connection: Connection,
     topics: list[str] | None,
     pattern: str | None,
+    assigned: Assignment | None,
     partitions_per_broker: int | None,
     zookeeper: ZooKeeper | None,
-) -> list[tuple[TopicPartition, BrokerAddress]]:
+) -> Discovery:
     """Every broker-partition of the topics read, with its broker's address, sorted.
 
-    From ZooKeeper: the partitions brokers registered for each topic (a topic nobody
-    has written yet has none). From a static list: ``partitions_per_broker`` partitions
-    on every listed broker.
+    From ZooKeeper: the partitions live brokers registered for each topic. From a static
+    list: ``partitions_per_broker`` partitions on every listed broker, or the ones
+    ``assigned`` lists (from ZooKeeper, :func:`check_named` and the caller apply it).
     """
     if connection.brokers is not None:
         assert topics is not None
+        if assigned is not None:
+            listed = [
+                (tp, connection.brokers[tp.broker_id])
+                for topic, names in assigned.items()
+                for tp in (TopicPartition.parse(topic, name) for name in names)
+            ]
+            return Discovery(sorted(listed))
         assert partitions_per_broker is not None
-        return [
-            (TopicPartition(topic, broker_id, p), address)
-            for topic in topics
-            for broker_id, address in sorted(connection.brokers.items())
-            for p in range(partitions_per_broker)
-        ]
+        return Discovery(
+            [
+                (TopicPartition(topic, broker_id, p), address)
+                for topic in topics
+                for broker_id, address in sorted(connection.brokers.items())
+                for p in range(partitions_per_broker)
+            ]
+        )
     assert zookeeper is not None
     brokers = await read_brokers(zookeeper)
+    matched_nothing = None
     if topics is None:
         assert pattern is not None
         regex = re.compile(pattern)
         names = await read_topics(zookeeper)
         topics = sorted(t for t in names if regex.fullmatch(t))
+        if not topics:
+            matched_nothing = ", ".join(names) or "none"
     found: list[tuple[TopicPartition, BrokerAddress]] = []
+    absent: dict[str, str] = {}
     for topic in topics:
-        try:
-            registered = await read_topic_registrations(zookeeper, topic)
-        except ZooKeeperError:
-            if await zookeeper.exists(topic_path(topic)):
-                raise
-            continue  # nobody has written the topic yet
-        for broker_id, count in registered.items():
-            if broker_id in brokers:  # else a registration outliving its broker
-                found.extend(
-                    (TopicPartition(topic, broker_id, p), brokers[broker_id]) for p in range(count)
-                )
-    return sorted(found)
+        if not await topic_exists(zookeeper, topic):
+            known = ", ".join(await read_topics(zookeeper)) or "none"
+            absent[topic] = (
+                f"topic {topic!r} does not exist: no broker has registered it under "
+                f"{BROKER_TOPICS} (topics: {known})"
+            )
+            continue
+        registered = await read_topic_registrations(zookeeper, topic)
+        live = [
+            (TopicPartition(topic, broker_id, p), brokers[broker_id])
+            for broker_id, count in registered.items()
+            if broker_id in brokers  # else a registration outliving its broker
+            for p in range(count)
+        ]
+        if not live:
+            absent[topic] = f"no live broker serves topic {topic!r} now"
+        found.extend(live)
+    return Discovery(sorted(found), absent, matched_nothing)
 
 
 async def describe(
@@ -160,3 +253,72 @@ async def describe(
     except KafkaError as exc:
         exc.args = (f"asking the brokers for offsets: {exc}",)
         raise
+
+
+def check_named(
+    specs: Iterable[OffsetSpec], found: Iterable[TopicPartition], assigned: Assignment | None
+) -> None:
+    """Every broker-partition ``assign`` or an offsets option names must exist."""
+    have: dict[str, list[str]] = {}
+    for tp in found:
+        have.setdefault(tp.topic, []).append(tp.name)
+    named = [(spec.option, topic, name) for spec in specs for topic, name, _ in spec.named()]
+    if assigned is not None:
+        named[:0] = [
+            ("assign", t, n) for t, names in sorted(assigned.items()) for n in sorted(names)
+        ]
+    for option, topic, name in named:
+        if name not in have.get(topic, []):
+            partitions = ", ".join(have.get(topic, [])) or "none live"
+            raise OptionError(
+                f"option {option!r} names {topic}/{name}, which is not a broker-partition of "
+                f"{topic!r} (its broker-partitions: {partitions})"
+            )
+
+
+async def resolve(spec: OffsetSpec, state: PartitionState, pool: ConnectionPool) -> int:
+    """The offset ``spec`` gives for ``state``'s partition: earliest and latest from the
+    state, a time through OFFSETS (the newest segment start at or before it, else the
+    earliest offset)."""
+    value = spec.for_partition(state.tp.topic, state.name)
+    if value == EARLIEST:
+        return state.earliest
+    if value == LATEST:
+        return state.latest
+    if spec.kind != "timestamp":
+        return value
+    conn = await pool.connection(state.address)
+    before = await conn.offsets(state.tp.topic, state.tp.partition, value, 1)
+    return before[0] if before else state.earliest
+
+
+def fetcher(pool: ConnectionPool, state: PartitionState) -> Fetch:
+    """A :data:`~.boundaries.Fetch` over ``state``'s broker-partition."""
+
+    async def fetch(offset: int, size: int) -> bytes:
+        conn = await pool.connection(state.address)
+        response = await conn.fetch(state.tp.topic, state.tp.partition, offset, size)
+        error = response.error(offset)
+        if error is not None:
+            raise error
+        return bytes(response.message_set)
+
+    return fetch
+
+
+async def check_user_offset(
+    option: str, state: PartitionState, offset: int, fetch: Fetch, max_entry: int
+) -> None:
+    """Raise :class:`OptionError` naming the partition and offset unless ``offset`` (one
+    a user gave, within the log) is a message boundary. Known boundaries cost nothing;
+    any other offset one small fetch (two for a message larger than 64 KiB)."""
+    if offset in state.boundaries:
+        return
+    reason = await check_boundary(fetch, offset, max_entry)
+    if reason is not None:
+        raise OptionError(
+            f"option {option!r}: offset {offset} of {state.tp.topic}/{state.name} is not a "
+            f"message boundary: {reason}. A 0.7 offset is a byte position, not a message "
+            "number: use an offset a read returned in the 'offset' column or a consumer "
+            "committed, or -2 (earliest) / -1 (latest)"
+        )

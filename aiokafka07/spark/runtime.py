@@ -97,11 +97,14 @@ class WorkerRuntime:
             pool = self._pools[key] = ConnectionPool(request_timeout=request_timeout)
         return pool
 
-    async def zookeeper(self, connect: str) -> ZooKeeper:
-        """A started ZooKeeper session for ``connect`` (call on the loop)."""
+    async def zookeeper(self, connect: str, timeout: float | None = None) -> ZooKeeper:
+        """A started ZooKeeper session for ``connect`` (call on the loop); a new session
+        that no server opens within 0.7.2's 6 s (or ``timeout`` seconds, if shorter)
+        raises :class:`~aiokafka07.errors.ZooKeeperError` naming the connect string."""
         zk = self._zookeepers.get(connect)
         if zk is None:
-            zk = ZooKeeper(connect)
+            ms = 6000 if timeout is None else max(1, min(6000, int(timeout * 1000)))
+            zk = ZooKeeper(connect, connection_timeout_ms=ms)
             await zk.start()
             self._zookeepers[connect] = zk
         return zk

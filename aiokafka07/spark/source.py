@@ -1,4 +1,17 @@
-"""The ``kafka07`` data source: what Spark instantiates from ``format("kafka07")``."""
+"""The ``kafka07`` data source: what Spark instantiates from ``format("kafka07")``.
+
+When each mistake surfaces (Spark decides when it calls the source):
+
+* ``load()`` calls :meth:`Kafka07DataSource.schema`: options that neither a batch nor a
+  streaming read accepts (a typo, a malformed value, a missing ``zookeeper``) fail there.
+* Planning a batch read (the first action: ``collect()``, ``count()``, ``write``...) checks
+  the rest against the cluster: an unreachable ZooKeeper or broker, an unknown topic or
+  broker-partition, an offset outside the log or not on a message boundary, a user-given
+  schema with a column the source does not have. A streaming query does the same when it
+  starts and reports it through ``awaitTermination()`` / ``exception()``.
+* ``save()`` checks the write options, the DataFrame's columns and that the cluster
+  answers; a streaming write does it when the query starts.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +19,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from .options import ReadOptions, WriteOptions
-from .reader import SCHEMA_DDL, BatchReader
+from .reader import SCHEMA_DDL, BatchReader, reader_for
 from .stream import StreamReader
 from .writer import BatchWriter, StreamWriter
 
@@ -16,10 +29,10 @@ __all__ = ["Kafka07DataSource"]
 class Kafka07DataSource(DataSource):
     """Read (batch and streaming) and write Kafka 0.7 topics.
 
-    Options are checked when the reader or writer is made, so a mistake fails
-    ``load()`` / ``save()`` / ``start()`` with an error naming the option. The source
-    holds only its options (plain strings): Spark pickles it to the processes that plan
-    and run the work, and each opens its own connections there.
+    Every error names the option, topic, broker-partition or offset it is about; the
+    module docstring says when each surfaces. The source holds only its options (plain
+    strings): Spark pickles it to the processes that plan and run the work, and each
+    opens its own connections there.
     """
 
     @classmethod
@@ -27,13 +40,14 @@ class Kafka07DataSource(DataSource):
         return "kafka07"
 
     def schema(self) -> str:
+        ReadOptions.check(self.options)  # load() is a read whose kind Spark does not say
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> BatchReader:
-        return BatchReader(ReadOptions.parse(self.options, streaming=False))
+        return reader_for(ReadOptions.parse(self.options, streaming=False), schema)
 
     def streamReader(self, schema: StructType) -> StreamReader:
-        return StreamReader(ReadOptions.parse(self.options, streaming=True))
+        return StreamReader(ReadOptions.parse(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         return BatchWriter(WriteOptions.parse(self.options), schema)

@@ -15,29 +15,31 @@ the driver and reading only the entry headers (the one cost of a rate limit).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 
 from ..errors import ProtocolError
 from ..fetch_size import FetchSizer
 from ..protocol import decode_message_set
 from ..protocol.responses import FetchResponse
 from ..znodes import GroupRegistry
-from .options import ReadOptions
-from .planning import PartitionState
+from .options import ReadOptions, max_fetch_size
+from .planning import PartitionState, resolve
 from .reader import (
-    MAX_FETCH_SIZE,
     DataLossError,
     OffsetRange,
+    check_given,
+    columns_for,
     ranges_for,
     read_partition,
-    resolve,
+    state_of_partitions,
 )
-from .reader import state_of_partitions as _states
 from .runtime import WorkerRuntime
 
 try:  # PySpark >= 4.2: read limits and Trigger.AvailableNow
@@ -80,8 +82,9 @@ def allot(pending: dict[K, int], budget: int) -> dict[K, int]:
 class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
     """The ``kafka07`` micro-batch stream."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
+        self.arrow_schema = columns_for(schema)
         self._stop_at: Offsets | None = None  # Trigger.AvailableNow target
         self._current: Offsets | None = None  # for PySpark < 4.2's latestOffset()
         self._committed: dict[tuple[str, str], int] = {}
@@ -91,16 +94,33 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
     def _states(self) -> list[PartitionState]:
         runtime = WorkerRuntime.get()
-        states = runtime.run(_states(self.options, runtime))
-        self._states_seen = {(s.tp.topic, s.name): s for s in states}
+        states, _ = runtime.run(state_of_partitions(self.options, runtime, streaming=True))
+        self._states_seen = {s.key: s for s in states}
         return states
 
     def initialOffset(self) -> Offsets:
-        offsets: Offsets = {}
-        for state in self._states():
-            offsets.setdefault(state.tp.topic, {})[state.name] = resolve(
-                self.options.starting, state
+        """Where a new query starts (a restart resumes from its checkpoint instead): the
+        options are checked against the cluster here, so a mistake stops the query
+        before its first micro-batch."""
+        runtime = WorkerRuntime.get()
+        options = self.options
+
+        async def starts() -> list[tuple[PartitionState, int]]:
+            states, pool = await state_of_partitions(
+                options, runtime, streaming=True, checks=(options.starting,)
             )
+            self._states_seen = {s.key: s for s in states}
+
+            async def start(state: PartitionState) -> tuple[PartitionState, int]:
+                offset = await resolve(options.starting, state, pool)
+                await check_given(options.starting, state, offset, options, pool)
+                return state, offset
+
+            return list(await asyncio.gather(*(start(s) for s in states)))
+
+        offsets: Offsets = {}
+        for state, offset in runtime.run(starts()):
+            offsets.setdefault(state.tp.topic, {})[state.name] = offset
         self._current = offsets
         return offsets
 
@@ -141,7 +161,7 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
     def _plan(self, start: Offsets, budget: int | None) -> Offsets:
         end: Offsets = {topic: dict(offsets) for topic, offsets in start.items()}
-        states = {(s.tp.topic, s.name): s for s in self._states()}
+        states = {s.key: s for s in self._states()}
         targets: dict[tuple[str, str], int] = {}
         for key, state in states.items():
             topic, name = key
@@ -206,7 +226,7 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         # One message larger than the share is taken whole; a "size" that cannot be a
         # message (the offset is not a message start) is a typed error (FetchSizer).
         share = max(share, 1024)
-        sizer = FetchSizer(state.tp.topic, state.name, share, max(share, MAX_FETCH_SIZE))
+        sizer = FetchSizer(state.tp.topic, state.name, share, max_fetch_size(share))
         while True:
             response = runtime.run(probe(sizer.size))
             if response.error_code:
@@ -235,7 +255,7 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         if not wanted <= states.keys():  # e.g. replaying a batch after a restart
             self._states()
             states = self._states_seen
-        ranges: list[OffsetRange] = []
+        work: list[tuple[PartitionState, int, int]] = []
         for topic, offsets in end.items():
             for name, stop in offsets.items():
                 begin = start.get(topic, {}).get(name)
@@ -247,17 +267,23 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
                         f"{topic}/{name}: its broker is not registered now; the micro-batch "
                         "planned from it cannot be read until it returns"
                     )
-                ranges.extend(
-                    ranges_for(
-                        state, begin, stop, self.options, self.options.max_bytes_per_partition
-                    )
-                )
-        return ranges
+                work.append((state, begin, stop))
+        runtime = WorkerRuntime.get()
+        c = self.options.connection
+
+        async def plan() -> list[OffsetRange]:
+            pool = await runtime.pool(c.name, c.request_timeout)
+            planned = await asyncio.gather(
+                *(ranges_for(state, b, e, self.options, pool) for state, b, e in work)
+            )
+            return [r for ranges in planned for r in ranges]
+
+        return runtime.run(plan())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark's placeholder when there is nothing to read
-        return read_partition(partition)
+        return read_partition(partition, self.arrow_schema)
 
     def commit(self, end: Offsets) -> None:
         """Spark finished the micro-batch: publish the offsets for the ``group``, in

@@ -1,8 +1,13 @@
 """Writing: each Spark task produces its rows with a Producer and reports what it wrote.
 
 Rows carry ``value`` (binary or string), optionally ``key`` (string, binary, integer
-or boolean: Java-compatible partitioning, as the Producer does) and optionally
-``topic`` (else the ``topic`` option). The task's producer shares the process's cluster
+or boolean: Java-compatible partitioning, as the Producer does), optionally ``topic``
+(else the ``topic`` option) and optionally ``partition`` for explicit placement: a
+``"<broker>-<partition>"`` string, or an integer with a ``broker_id`` column (a 0.7
+partition lives on one broker); a null ``partition`` leaves the choice to the key. The
+cluster is checked when the write is planned, on the driver: an unreachable ZooKeeper or
+broker fails ``save()`` (or the streaming query's start) at once, not every task after
+its retries. The task's producer shares the process's cluster
 view and connections, batches and compresses as configured and, in confirm mode, knows
 every message was processed before the task reports success. A message that cannot be
 delivered fails the task (and so the job, once Spark's retries are spent): never a
@@ -28,7 +33,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from ..errors import KafkaError, NoBrokersError
 from ..producer import Producer
+from ..records import TopicPartition
+from ..znodes import read_brokers
 from .options import OptionError, WriteOptions
 from .runtime import WorkerRuntime
 
@@ -43,7 +51,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0
 
     _STREAM_ARROW = False
 
-__all__ = ["BatchWriter", "StreamWriter", "WriteReport", "check_schema"]
+__all__ = ["BatchWriter", "StreamWriter", "WriteReport", "check_cluster", "check_schema"]
 
 log = logging.getLogger("aiokafka07.spark")
 
@@ -60,8 +68,8 @@ class WriteReport(WriterCommitMessage):
     topics: dict[str, int] = field(default_factory=dict)
 
 
-def check_schema(schema: StructType, options: WriteOptions) -> tuple[bool, bool]:
-    """Check the columns before any task runs; returns (has key, has topic)."""
+def check_schema(schema: StructType, options: WriteOptions) -> None:
+    """Check the columns before any task runs."""
     fields = {f.name.lower(): f.dataType for f in schema.fields}
     value = fields.get("value")
     if not isinstance(value, (BinaryType, StringType)):
@@ -80,7 +88,63 @@ def check_schema(schema: StructType, options: WriteOptions) -> tuple[bool, bool]
         raise OptionError(f"column 'topic' must be a string, not {topic.simpleString()}")
     if topic is None and options.topic is None:
         raise OptionError("set the option 'topic' or give the DataFrame a 'topic' column")
-    return key is not None, topic is not None
+    partition = fields.get("partition")
+    broker = fields.get("broker_id")
+    if partition is None:
+        return
+    if isinstance(partition, StringType):
+        return
+    if not isinstance(partition, (IntegerType, LongType)):
+        raise OptionError(
+            f"column 'partition' has type {partition.simpleString()}; use a string "
+            "'<broker>-<partition>', or an int with a 'broker_id' int column"
+        )
+    if not isinstance(broker, (IntegerType, LongType)):
+        raise OptionError(
+            "column 'partition' is an int, but a 0.7 partition lives on one broker: add an "
+            "int 'broker_id' column, or give 'partition' as '<broker>-<partition>' strings"
+        )
+
+
+async def check_cluster(options: WriteOptions, runtime: WorkerRuntime) -> None:
+    """Raise unless the cluster written to answers: ZooKeeper opens a session and lists
+    a live broker, or every listed broker accepts a connection (within the request
+    timeout)."""
+    c = options.connection
+    if c.zookeeper is not None:
+        zk = await runtime.zookeeper(c.zookeeper, c.request_timeout)
+        if not await read_brokers(zk):
+            raise NoBrokersError(f"no broker is registered in ZooKeeper at {c.zookeeper}")
+        return
+    assert c.brokers is not None
+    pool = await runtime.pool(c.name, c.request_timeout)
+    for address in c.brokers.values():
+        await pool.connection(address)
+
+
+def _placements(batch: pa.RecordBatch) -> list[tuple[int, int] | None] | None:
+    """Each row's explicit (broker, partition), from a ``partition`` column (and
+    ``broker_id`` when it is an int); None without one."""
+    partitions = _column(batch, "partition")
+    if partitions is None:
+        return None
+    brokers = _column(batch, "broker_id")
+    placements: list[tuple[int, int] | None] = []
+    for i, partition in enumerate(partitions):
+        if partition is None:
+            placements.append(None)
+        elif isinstance(partition, str):
+            try:
+                tp = TopicPartition.parse("", partition)
+            except ValueError as exc:
+                raise OptionError(f"column 'partition': {exc}") from None
+            placements.append((tp.broker_id, tp.partition))
+        else:
+            broker = brokers[i] if brokers is not None else None
+            if broker is None:
+                raise OptionError("a row has a 'partition' but a null 'broker_id'")
+            placements.append((broker, partition))
+    return placements
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
@@ -101,6 +165,12 @@ class _Writer:
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         self.options = options
         check_schema(schema, options)
+        runtime = WorkerRuntime.get()
+        try:
+            runtime.run(check_cluster(options, runtime))
+        except KafkaError as exc:
+            exc.args = (f"kafka07 cannot write to {options.connection.name}: {exc}",)
+            raise
 
     def _write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriteReport:
         from pyspark import TaskContext
@@ -130,6 +200,7 @@ class _Writer:
             values: list[bytes | None],
             keys: list[Any] | None,
             topics: list[str | None] | None,
+            placements: list[tuple[int, int] | None] | None,
         ) -> None:
             default = options.topic
             for i, value in enumerate(values):
@@ -138,7 +209,12 @@ class _Writer:
                 topic = topics[i] if topics is not None else default
                 if topic is None:
                     raise OptionError(f"row {report.messages + i} has a null 'topic'")
-                await producer.send(topic, value, None if keys is None else keys[i])
+                await producer.send(
+                    topic,
+                    value,
+                    None if keys is None else keys[i],
+                    None if placements is None else placements[i],
+                )
 
         producer = runtime.run(open_producer())
         try:
@@ -147,7 +223,7 @@ class _Writer:
                 assert values is not None
                 keys = _column(batch, "key")
                 topics = _column(batch, "topic")
-                runtime.run(send(producer, values, keys, topics))
+                runtime.run(send(producer, values, keys, topics, _placements(batch)))
                 report.messages += len(values)
                 report.bytes += sum(map(len, values))
                 for topic in topics if topics is not None else [options.topic] * len(values):
