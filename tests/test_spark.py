@@ -170,25 +170,31 @@ async def test_out_of_range_start_fails_or_starts_at_the_earliest(
         assert [r[4] for r in await rows(df)] == [b"a", b"b"]
 
 
-async def test_a_start_inside_a_message_fails_the_task_with_the_typed_error(
+async def test_a_start_inside_a_message_fails_the_query_at_once(
     spark: SparkSession, kafka_cluster: Any, zookeeper: str, tmp_path: Path
 ) -> None:
     """The issue's ``startingOffsets={"1-0": 5}`` spun a task for 12 minutes: the "size"
-    read inside a message is larger than the log. The task now fails at once with the
-    typed error naming the offset; a micro-batch cut on the driver does too."""
+    read inside a message is larger than the log. Planning now refuses the offset, for a
+    batch read and for a stream, naming topic, partition and offset, within seconds
+    (the task-side check, for data that changes after planning, is
+    ``test_corrupt_data_inside_a_wrapper_fails_the_task_with_the_typed_error``)."""
     async with kafka_cluster(1, num_partitions=1):
         values = [b"\x00\xd3\x4c\x8f view %d" % i for i in range(200)]  # 13,847,695 as a size
         await produce(zookeeper, "torn", values, "none", [(0, 0)])
         inside = json.dumps({"0-0": 10})  # the first message's payload
+        refused = r"offset 10 of torn/0-0 is not a message boundary"
         started = time.monotonic()
-        with pytest.raises(Exception, match=r"torn/0 at offset 10: .*not the offset of a message"):
+        with pytest.raises(Exception, match=refused):
             await rows(await load(spark, zookeeper, topic="torn", startingOffsets=inside))
         options = {"topic": "torn", "startingOffsets": inside, "maxBytesPerTrigger": "1000"}
-        query = await spark_call(
-            start_stream, spark, zookeeper, tmp_path / "cp", tmp_path / "sink", options
-        )
-        with pytest.raises(Exception, match=r"torn/0-0 at offset 10: .*not the offset of a"):
-            await spark_call(query.awaitTermination, 60)
+
+        def run_stream() -> None:  # fails at start, or while planning the first batch
+            start_stream(
+                spark, zookeeper, tmp_path / "cp", tmp_path / "sink", options
+            ).awaitTermination(60)
+
+        with pytest.raises(Exception, match=refused):
+            await spark_call(run_stream)
         assert time.monotonic() - started < 60
 
 
