@@ -48,9 +48,9 @@ from .pool import ConnectionPool
 from .producer import Producer
 from .protocol import LATEST
 from .simple import SimpleConsumer
-from .supervisor import CrashPolicy, Supervisor
 from .testing.local import LocalCluster, local_cluster
 from .tools.common import in_daemon_thread, require_zookeeper, stop_acknowledged
+from .tools.progress import Counter, LiveCount
 
 __all__ = ["configure", "run"]
 
@@ -65,8 +65,6 @@ CODECS = ("none", "gzip", "snappy")
 SPARK_STOP_TIMEOUT = 10.0
 
 Counts = dict[str, int]
-#: A stage's live count and total (None while unknown), read every refresh.
-Counter = Callable[[], Awaitable[tuple[int, int | None]]]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -120,64 +118,6 @@ class Report:
 
 
 # -- live progress -----------------------------------------------------------------------
-
-
-class Live:
-    """A stage's live progress on a terminal: a tqdm bar on stderr, refreshed from the
-    stage's counter a few times a second and removed when the stage ends (its result line
-    follows on stdout). Off when stderr is not a terminal: the result lines are plain.
-    """
-
-    REFRESH = 0.25
-
-    def __init__(self, name: str, unit: str, counter: Counter, *, enabled: bool) -> None:
-        self.name = name
-        self.unit = unit
-        self.counter = counter
-        self.enabled = enabled
-        self._bar: Any = None
-        self._supervisor = Supervisor(f"progress of {name}", log)
-        self._failed = False
-
-    async def __aenter__(self) -> Live:
-        if self.enabled:
-            from tqdm import tqdm
-
-            self._bar = tqdm(
-                desc=f"  {self.name}",
-                unit=f" {self.unit}",
-                unit_scale=self.unit != "task",  # 1.00M msg, but 3 task (not 3.00)
-                leave=False,
-                file=sys.stderr,
-                dynamic_ncols=True,
-            )
-            await self._update()
-            # Best effort: a bar that stops moving costs nothing else.
-            self._supervisor.spawn("refresh", self._refresh(), policy=CrashPolicy.LOG)
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._supervisor.aclose()
-        if self._bar is not None:
-            self._bar.close()
-
-    async def _refresh(self) -> None:
-        while True:
-            await asyncio.sleep(self.REFRESH)
-            await self._update()
-
-    async def _update(self) -> None:
-        try:
-            count, total = await self.counter()
-        except Exception:
-            # Only the bar misses an update; the stage itself reports its errors.
-            if not self._failed:
-                log.debug("progress of %s not read", self.name, exc_info=True)
-            self._failed = True
-            return
-        if total is not None and total != self._bar.total:
-            self._bar.total = total
-        self._bar.update(count - self._bar.n)
 
 
 def _counting(count: Callable[[], int], total: int | None) -> Counter:
@@ -240,7 +180,7 @@ async def produce(
 
     started = time.perf_counter()
     thirds = [views[i :: len(CODECS)] for i in range(len(CODECS))]
-    async with Live("produce", "msg", _counting(delivered, len(views)), enabled=live):
+    async with LiveCount("produce", "msg", _counting(delivered, len(views)), enabled=live):
         await asyncio.gather(*(one(p, share) for p, share in zip(producers, thirds, strict=True)))
     keyed = "keyed by user" if cluster.zookeeper else "random partitions (static mode)"
     report.add("produce, 3 producers (none/gzip/snappy)", len(views), started, keyed)
@@ -300,7 +240,7 @@ async def count_with_group(
             if len(owned) == len(everything) and set(owned) == everything:
                 break
             await asyncio.sleep(0.1)
-        async with Live("consume", "msg", _counting(lambda: seen, expected), enabled=live):
+        async with LiveCount("consume", "msg", _counting(lambda: seen, expected), enabled=live):
             tasks = [asyncio.create_task(member(c)) for c in consumers]
             try:
                 await asyncio.wait_for(done.wait(), 600)
@@ -338,7 +278,7 @@ async def count_with_simple_consumers(
                 per_partition[name] += len(batch.messages)
                 next_offsets[name] = batch.next_offset
 
-        async with Live("consume", "msg", _counting(seen, expected), enabled=live):
+        async with LiveCount("consume", "msg", _counting(seen, expected), enabled=live):
             # Each round goes on from where the last stopped, until the brokers' periodic
             # flush has made everything visible.
             for _ in range(100):
@@ -447,7 +387,7 @@ async def spark_stages(
         views = spark.read.format("kafka07").options(**options).option("topic", TOPIC).load()
         return _counts(views.select(page).groupBy("page").count().collect())
 
-    async with Live("spark batch", "task", _spark_tasks(spark), enabled=live):
+    async with LiveCount("spark batch", "task", _spark_tasks(spark), enabled=live):
         batch_counts: Counts = await in_spark_thread(batch_count)
     report.counts["spark batch"] = batch_counts
     report.add(
@@ -489,7 +429,7 @@ async def spark_stages(
         progress = await in_daemon_thread(lambda: query.recentProgress)
         return sum(p["numInputRows"] for p in progress), expected
 
-    async with Live("spark streaming", "row", rows_read, enabled=live):
+    async with LiveCount("spark streaming", "row", rows_read, enabled=live):
         await in_daemon_thread(query.awaitTermination)
     micro_batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
     stream_counts = await in_spark_thread(
@@ -516,7 +456,7 @@ async def spark_stages(
             "topic", COUNTS_TOPIC
         ).option("compression", "gzip").mode("append").save()
 
-    async with Live("spark write", "task", _spark_tasks(spark), enabled=live):
+    async with LiveCount("spark write", "task", _spark_tasks(spark), enabled=live):
         await in_spark_thread(write_counts)
     report.add(f"spark write to {COUNTS_TOPIC}", len(batch_counts), started, "gzip, keyed by page")
 

@@ -1,5 +1,6 @@
-"""What the console tools share: cluster options, discovery, tables, progress, and I/O
-that never stalls the event loop.
+"""What the console tools share: cluster options, discovery, tables, and I/O that never
+stalls the event loop (progress displays are :mod:`.progress`'s; ``Progress`` is
+re-exported here).
 
 Reading stdin and writing stdout happen in daemon threads: a terminal or a slow pipe
 (``| less``) can block for as long as it likes while the event loop keeps ZooKeeper
@@ -17,15 +18,15 @@ import queue
 import random
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import IO, Any, TextIO, TypeVar
+from typing import IO, Any, TypeVar
 
 from ..cluster import parse_broker_list
 from ..connection import BrokerAddress
 from ..records import TopicPartition
 from ..znodes import GroupRegistry, read_brokers, read_topic_registrations
 from ..zookeeper import ZooKeeper
+from .progress import Progress, human_bytes, rate
 
 T = TypeVar("T")
 
@@ -251,99 +252,6 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 def plural(count: int, word: str) -> str:
     """``1 member``, ``2 members``."""
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def rate(per_second: float) -> str:
-    """A rate with the digits that matter: ``12345``, ``12.3``, ``0.23`` (not ``0``)."""
-    if per_second >= 100 or per_second == 0:
-        return f"{per_second:.0f}"
-    return f"{per_second:.1f}" if per_second >= 10 else f"{per_second:.2f}"
-
-
-def human_bytes(count: float) -> str:
-    """``1536`` → ``1.5 KiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
-
-
-class Progress:
-    """Counts the messages and bytes of a long-running command for a status line.
-
-    While ``enabled`` (by default: when stderr is a terminal), a status line is written
-    every ``interval`` seconds: rewritten in place on a terminal, one line each time
-    otherwise. :meth:`summary` is the closing line.
-    """
-
-    def __init__(
-        self,
-        verb: str,
-        *,
-        enabled: bool | None = None,
-        interval: float = 1.0,
-        stream: TextIO | None = None,
-        detail: Callable[[], str] | None = None,
-    ) -> None:
-        self.verb = verb
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.enabled = self.tty if enabled is None else enabled
-        self.interval = interval
-        self.detail = detail
-        self.messages = 0
-        self.bytes = 0
-        self.started = time.monotonic()
-        self._task: asyncio.Task[None] | None = None
-        self._last = (self.started, 0, 0)
-
-    def add(self, messages: int, size: int) -> None:
-        self.messages += messages
-        self.bytes += size
-
-    async def __aenter__(self) -> Progress:
-        self.started = time.monotonic()
-        self._last = (self.started, 0, 0)
-        if self.enabled:
-            self._task = asyncio.create_task(self._report(), name="progress")
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            if self.tty:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
-
-    async def _report(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            now = time.monotonic()
-            then, messages, size = self._last
-            elapsed = max(now - then, 1e-9)
-            rate = (self.messages - messages) / elapsed
-            byte_rate = (self.bytes - size) / elapsed
-            self._last = (now, self.messages, self.bytes)
-            line = (
-                f"{self.verb} {self.messages} messages, {human_bytes(self.bytes)} "
-                f"({rate:.0f} msg/s, {human_bytes(byte_rate)}/s)"
-            )
-            if self.detail is not None:
-                line += f", {self.detail()}"
-            self.stream.write(f"\r\x1b[K{line}" if self.tty else f"{line}\n")
-            self.stream.flush()
-
-    def summary(self) -> str:
-        """``produced 10 messages (1.2 KiB) in 0.05 s: 200 msg/s, 24.0 KiB/s``."""
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        return (
-            f"{self.verb} {plural(self.messages, 'message')} ({human_bytes(self.bytes)}) in "
-            f"{elapsed:.2f} s: {rate(self.messages / elapsed)} msg/s, "
-            f"{human_bytes(self.bytes / elapsed)}/s"
-        )
 
 
 # -- stdin / stdout through daemon threads ------------------------------------------------
