@@ -25,6 +25,7 @@ import pytest
 
 from aiokafka07 import LATEST, ConsumerRecord, Producer, SimpleConsumer
 from aiokafka07.errors import (
+    ConsumerStoppedError,
     InvalidMessageError,
     InvalidPartitionError,
     KafkaError,
@@ -178,7 +179,7 @@ async def group_state(
         }
         if c.assignment() != set(mine):
             problems.append(f"{c.consumer_id} owns {sorted(c.assignment())}, not {sorted(mine)}")
-        elif {tp: c._owned[tp].thread for tp in mine} != mine:
+        elif {tp: c.metrics.partitions[tp].thread for tp in mine} != mine:
             problems.append(f"{c.consumer_id}: wrong threads")
     owners = await owner_nodes(zk, group, registrations)
     if owners != wanted:
@@ -283,16 +284,12 @@ def assert_records_match_sources(records: Iterable[ConsumerRecord], topic: str =
 async def crash(consumer: Consumer) -> None:
     """Die like a killed process: no commit, no release, no unregister; the ZooKeeper
     session ends (so its ephemeral nodes vanish at once)."""
-    tasks = [*consumer._tasks, *consumer._fetchers.values()]
-    for task in tasks:
-        task.cancel()
-    await consumer._zk.close()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await consumer._pool.close()
-    consumer.closed = True
+    consumer.closed = consumer._delivery.closed = True
     for stream in consumer.streams:
-        stream._ready.set()
-    consumer._data.set()
+        stream.close()
+    await consumer._supervisor.aclose()
+    await consumer._zk.close()
+    await consumer._pool.close()
 
 
 class OwnershipSampler:
@@ -312,7 +309,7 @@ class OwnershipSampler:
     async def _run(self) -> None:
         while True:
             live = [c for c in self.members if not c.closed]
-            before = {c.consumer_id: dict(c._owned) for c in live}
+            before = {c.consumer_id: dict(c._assignment.partitions) for c in live}
             holders: dict[TopicPartition, str] = {}
             for cid, held_now in before.items():
                 for tp in held_now:
@@ -324,7 +321,7 @@ class OwnershipSampler:
                 if c.closed or c not in self.members:
                     continue  # left (or crashed) during the sample
                 for tp, owned in before[c.consumer_id].items():
-                    held = c._owned.get(tp) is owned
+                    held = c._assignment.get(tp) is owned
                     node = owners.get((self.topic, tp.name))
                     # (None: released a moment before the member forgets the partition.)
                     if held and node is not None and node != owned.thread:
@@ -446,7 +443,7 @@ async def test_group_converges_and_delivers_exactly_once(
                 # position() is the offset of the last record handed out (a next offset).
                 for tp in m.assignment():
                     last = [r for r in c.records if (r.broker_id, r.partition) == tp[1:]][-1]
-                    assert m.position(tp) == last.offset
+                    assert await m.position(tp) == last.offset
         finally:
             await leave(members, collectors)
         # Leaving committed the next offsets = the log ends, and removed every ephemeral.
@@ -577,9 +574,13 @@ async def test_crashed_member_is_taken_over_without_loss(
 # -- 4. a member's ZooKeeper session expires ---------------------------------------------------
 
 
-async def test_session_expiry_reregisters_and_keeps_committed_progress(
+async def test_session_expiry_restarts_every_partition_from_its_committed_offset(
     kafka_cluster: Any, zookeeper: str, zookeeper_server: ZooKeeperServer
 ) -> None:
+    """After an expiry the member's in-memory positions are not trusted (another member
+    may have owned the partitions meanwhile): kept partitions included, each restarts
+    from ZooKeeper's committed offset, so what comes again is exactly the member's own
+    uncommitted work, and nothing is committed from the stale positions."""
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
     async with (
@@ -589,13 +590,27 @@ async def test_session_expiry_reregisters_and_keeps_committed_progress(
     ):
         first = await produce(producer, TOPIC, parts, 10, "a")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
-        # Alone, without auto-commit: only the rebalance after the expiry commits.
-        # (A short session: the client notices the expiry at its next ping.)
-        async with member(zookeeper, auto_commit=False, session_timeout_ms=1500) as consumer:
+        listener = OffsetsWhenAssigned(zk)
+        # Alone, without auto-commit. (A short session: the expiry shows at the next ping.)
+        consumer = member(zookeeper, auto_commit=False, session_timeout_ms=1500, listener=listener)
+        listener.consumer = consumer
+        async with consumer:
             collector = Collector(consumer)
             await wait_delivered([collector], first)
-            offsets = await committed_offsets(zk, "g", TOPIC)
-            assert set(offsets.values()) == {"0"}  # the start position, committed at claim
+            # Commit the middle of half the partitions; the rest stays at the start (0).
+            middle = {}
+            for tp in sorted(consumer.assignment())[::2]:
+                mine = [r for r in collector.records if (r.broker_id, r.partition) == tp[1:]]
+                middle[tp] = mine[4].offset
+            await consumer.commit(middle)
+            committed = {tp: middle.get(tp, 0) for tp in consumer.assignment()}
+            assert {TopicPartition.parse(TOPIC, k): int(v or -1) for k, v in (
+                await committed_offsets(zk, "g", TOPIC)).items()} == committed  # fmt: skip
+            uncommitted = [
+                r.value
+                for r in collector.records
+                if r.offset > committed[TopicPartition(TOPIC, r.broker_id or 0, r.partition)]
+            ]
             old_session = consumer._zk.session_id
             assert old_session is not None
             await expire_session(
@@ -603,19 +618,27 @@ async def test_session_expiry_reregisters_and_keeps_committed_progress(
             )
             await eventually(lambda: consumer._zk.session_id not in (None, old_session))
             await wait_converged(zk, "g", [consumer], registrations)
-            # The progress made before the expiry was committed by the new session.
-            ends = await log_ends(cluster, TOPIC)
-
-            async def progress_committed() -> bool:
-                offsets = await committed_offsets(zk, "g", TOPIC)
-                return {k: int(v or -1) for k, v in offsets.items()} == ends
-
-            await eventually(progress_committed, 10)
+            # Exactly the uncommitted records come again, once each.
+            again = uncommitted
+            await eventually(
+                lambda: (
+                    collector.values().count(again[-1]) == 2
+                    and len(collector.records) >= len(first) + len(again)
+                )
+            )
+            await asyncio.sleep(0.2)  # room for more to show up
+            counts = delivered([collector])
+            assert {v for v, n in counts.items() if n == 2} == set(again)
+            assert set(counts.values()) == {1, 2}
+            # Nothing was committed from the stale positions: when the partitions were
+            # assigned again, ZooKeeper still held what was committed before the expiry.
+            assert listener.offsets[-1] == {tp.name: str(o) for tp, o in committed.items()}
+            assert consumer.metrics.session_expiries == 1
+            everything = {TopicPartition(TOPIC, b, p) for b, p in parts}
+            assert ("revoked", everything) in listener.events
+            assert listener.events[-1] == ("assigned", everything)
             second = await produce(producer, TOPIC, parts, 10, "b")
             await wait_delivered([collector], second)
-            await asyncio.sleep(0.1)
-            assert sorted(collector.values()) == sorted(first + second)  # no redelivery
-            assert_records_match_sources(collector.records)
             await collector.stop()
             await consumer.close(commit=True)  # (without auto-commit close() does not)
         await assert_committed_at_log_ends(zk, cluster)
@@ -657,6 +680,23 @@ async def test_session_expiry_in_a_group_loses_nothing(
         finally:
             await leave(members, collectors)
         await assert_committed_at_log_ends(zk, cluster)
+
+
+class OffsetsWhenAssigned:
+    """Records every assignment, and the group's committed offsets at that moment."""
+
+    def __init__(self, zk: ZooKeeper) -> None:
+        self.zk = zk
+        self.consumer: Consumer | None = None
+        self.events: list[tuple[str, set[TopicPartition]]] = []
+        self.offsets: list[dict[str, str | None]] = []
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.events.append(("revoked", revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.offsets.append(await committed_offsets(self.zk, "g", TOPIC))
+        self.events.append(("assigned", assigned))
 
 
 # -- 5. a broker stops and comes back ---------------------------------------------------------
@@ -719,7 +759,7 @@ async def test_auto_offset_reset_without_committed_offsets(
         ends = await log_ends(cluster, TOPIC)
         async with member(zookeeper, auto_offset_reset=reset, auto_commit=False) as consumer:
             start = {name: 0 if reset == "smallest" else end for name, end in ends.items()}
-            assert {tp.name: consumer.position(tp) for tp in consumer.assignment()} == start
+            assert {tp.name: await consumer.position(tp) for tp in consumer.assignment()} == start
             collector = Collector(consumer)
             new = await produce(producer, TOPIC, parts, 3, "new")
             await wait_delivered([collector], new)
@@ -748,7 +788,7 @@ async def test_auto_offset_reset_error_raises_out_of_range_from_iteration(
                     pass
             assert info.value.offset == 1_000_000
             # Nothing was reset: the bad offset stays where it was.
-            assert c.position(TopicPartition(TOPIC, 0, 0)) == 1_000_000
+            assert await c.position(TopicPartition(TOPIC, 0, 0)) == 1_000_000
             assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == "1000000"
 
 
@@ -791,7 +831,7 @@ async def test_default_auto_offset_reset_is_smallest(kafka_cluster: Any, zookeep
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         async with Consumer(TOPIC, group="fresh", zookeeper=zookeeper) as consumer:
             assert consumer.auto_offset_reset == "smallest"
-            assert {consumer.position(tp) for tp in consumer.assignment()} == {0}
+            assert {await consumer.position(tp) for tp in consumer.assignment()} == {0}
             got = [(await asyncio.wait_for(consumer.getone(), 10)).value for _ in old]
         assert sorted(got) == sorted(old)
 
@@ -835,10 +875,10 @@ async def test_corrupt_message_comes_after_the_good_ones_once(
             assert [r.value for r in first[tp]] == values[:2]
             with pytest.raises(InvalidMessageError, match=rf"{TOPIC}/0-0.* {2 * entry}"):
                 await consumer.getmany(timeout_ms=5000)
-            assert consumer.position(tp) == 2 * entry
+            assert await consumer.position(tp) == 2 * entry
             # No more fetching of that partition: no redelivery, no pile of errors.
             await asyncio.sleep(0.3)  # 30 fetch backoffs
-            assert len(consumer.streams[0]._chunks) == 0
+            assert consumer.streams[0].pending == 0
             assert await consumer.getmany(timeout_ms=200) == {}
             # A seek fetches again: the same two messages once, then the error, which
             # iteration raises too.
@@ -852,7 +892,7 @@ async def test_corrupt_message_comes_after_the_good_ones_once(
             with pytest.raises(InvalidMessageError):
                 await iterate()
             assert got == values[:2]
-            consumer.consumer_timeout = 0.2
+            consumer.consumer_timeout_ms = 200
             assert [r async for r in consumer] == []
             # Skipping the corrupt entry gets the rest.
             consumer.seek(tp, 3 * entry)
@@ -951,7 +991,7 @@ async def test_compressed_data_carries_0_7_2_offsets(
         async with member(zookeeper, auto_commit=False) as consumer:
             for i in range(first + 2):  # up to the second message of that wrapper
                 assert (await asyncio.wait_for(consumer.getone(), 10)).value == values[i]
-            assert consumer.position(TopicPartition(TOPIC, 0, 0)) == starts[number] > 0
+            assert await consumer.position(TopicPartition(TOPIC, 0, 0)) == starts[number] > 0
             await consumer.close(commit=True)
         assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(starts[number])
         async with member(zookeeper, auto_commit=False) as consumer:
@@ -1068,7 +1108,7 @@ async def test_getmany_getone_position_seek_and_manual_commit(
             assert loop.time() - started >= 0.14
             for tp in (tp0, tp1):
                 last = [r for r in got if r.partition == tp.partition][-1]
-                assert consumer.position(tp) == last.offset == ends[tp.name]
+                assert await consumer.position(tp) == last.offset == ends[tp.name]
 
             # Commit one chosen partition only.
             await consumer.commit([tp0])
@@ -1079,15 +1119,15 @@ async def test_getmany_getone_position_seek_and_manual_commit(
             # seek: to the next offset of the second message, then to the start.
             second = [r for r in got if r.partition == 0][1]
             consumer.seek(tp0, second.offset)
-            assert consumer.position(tp0) == second.offset
+            assert await consumer.position(tp0) == second.offset
             assert (await consumer.getone()).value == per_partition[0][2]
             consumer.seek(tp0, 0)
-            assert consumer.position(tp0) == 0
+            assert await consumer.position(tp0) == 0
             started = loop.time()
             rest = [r async for r in consumer]  # ends after consumer_timeout_ms of silence
             assert loop.time() - started >= 0.29
             assert [r.value for r in rest] == per_partition[0]
-            assert consumer.position(tp0) == ends["0-0"]
+            assert await consumer.position(tp0) == ends["0-0"]
             with pytest.raises(KafkaError):
                 consumer.seek(TopicPartition(TOPIC, 7, 0), 0)
             await consumer.close(commit=True)
@@ -1116,7 +1156,7 @@ async def test_commit_racing_consumption_does_not_lose_progress(
             rest = await consumer.getmany(timeout_ms=5000)  # meanwhile, consume the rest
             await commit
             assert [first.value] + [r.value for r in rest[tp]] == produced
-            assert consumer.position(tp) == end
+            assert await consumer.position(tp) == end
             await consumer.commit()
             assert await consumer.committed(tp) == end
         assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(end)
@@ -1127,7 +1167,6 @@ async def test_records_handed_out_while_closing_are_committed(
 ) -> None:
     """Whatever a stream hands out until its iterator ends is covered by close()'s commit
     (0.7.2 clears the queues before committing), so the next owner does not get it again."""
-    tp = TopicPartition(TOPIC, 0, 0)
     async with (
         kafka_cluster(1, num_partitions=1),
         Producer(zookeeper=zookeeper) as producer,
@@ -1140,15 +1179,19 @@ async def test_records_handed_out_while_closing_are_committed(
         handed_out = [await consumer.getone()]
         await eventually(lambda: consumer.streams[0].buffered_bytes > 4000)  # most of it
         closing = asyncio.create_task(consumer.close(commit=True))
+        stopped = False
         while not closing.done():  # an application task still iterating meanwhile
-            record = consumer.streams[0].next_nowait()
-            if record is not None:
-                handed_out.append(record)
+            try:
+                if not stopped and (record := consumer.streams[0].next_nowait()):
+                    handed_out.append(record)
+            except ConsumerStoppedError:
+                stopped = True  # closing hands out nothing more
             await asyncio.sleep(0)
         await closing
+        assert stopped
         assert [r.value for r in handed_out] == produced[: len(handed_out)]
         committed = int(await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") or -1)
-        assert committed == handed_out[-1].offset == consumer.position(tp)
+        assert committed == handed_out[-1].offset
         # The next member starts right after the last record handed out.
         if len(handed_out) < len(produced):
             async with member(zookeeper) as successor:
@@ -1226,7 +1269,7 @@ async def test_prefetch_is_bounded_while_nothing_is_consumed(
         ) as consumer:
             # One partition per stream here; the bound is per stream (README).
             assert [
-                len({o.tp for o in consumer._owned.values() if o.stream is s})
+                len([p for p in consumer.metrics.partitions.values() if p.stream == s.index])
                 for s in consumer.streams
             ] == [1, 1]
 
