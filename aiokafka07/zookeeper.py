@@ -123,6 +123,13 @@ class ZooKeeper:
         return None if self._client is None else self._client.session.session_id
 
     @property
+    def session_timeout(self) -> float:
+        """The session timeout the server granted, in seconds (what it expires us after)."""
+        if self._client is not None and self._client.session.timeout:
+            return float(self._client.session.timeout)
+        return self.session_timeout_ms / 1000
+
+    @property
     def connected(self) -> bool:
         return self._client is not None and self._client.session.state == States.CONNECTED
 

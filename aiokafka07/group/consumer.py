@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -44,7 +45,7 @@ from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
 from ..znodes import GroupRegistry, consumer_id
 from ..zookeeper import ZooKeeper
-from .coordinator import Coordinator, GroupSettings, RebalanceListener
+from .coordinator import LEASE_FRACTION, Coordinator, GroupSettings, RebalanceListener
 from .fetcher import Fetcher, Fetchers, FetchSettings, Offsets
 from .state import Assignment, ConsumerMetrics, PartitionMetrics, PartitionState
 from .streams import Chunk, Delivery, Stream
@@ -171,7 +172,12 @@ class Consumer:
             self._supervisor,
             self._assignment,
             lambda broker_id: Fetcher(
-                broker_id, self._assignment, self._pool, self._offsets, fetch_settings
+                broker_id,
+                self._assignment,
+                self._delivery,
+                self._pool,
+                self._offsets,
+                fetch_settings,
             ),
             restart_backoff=(backoff, max(backoff, 5.0)),
         )
@@ -195,6 +201,7 @@ class Consumer:
             self._registry,
             self._assignment,
             self.streams,
+            self._delivery,
             self._offsets,
             self._fetchers,
             listener,
@@ -220,9 +227,18 @@ class Consumer:
         if self._started:
             return
         self._started = True
+        began = time.monotonic()
         await self._zk.start()
+        coordinator = self._coordinator
+        self._delivery.renew(began + self._zk.session_timeout * LEASE_FRACTION)
         try:
-            await self._coordinator.join()
+            self._supervisor.spawn(
+                "session-lease",
+                coordinator.keep_lease,
+                policy=CrashPolicy.RESTART,
+                on_crash=self._delivery.report,
+            )
+            await coordinator.join()
         except BaseException:
             # Leave no registration or owner behind: they are ephemeral, and go with the
             # session (others could never claim partitions a failed member holds).
@@ -231,7 +247,6 @@ class Consumer:
             await self._zk.close()
             await self._pool.close()
             raise
-        coordinator = self._coordinator
 
         def coordinator_crashed(exc: BaseException) -> None:
             self._delivery.report(exc)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,12 +49,16 @@ from ..zookeeper import ZooKeeper
 from .assignment import assign, group_threads, partition_names
 from .fetcher import Fetchers, Offsets
 from .state import Assignment, PartitionState
-from .streams import Stream
+from .streams import Delivery, Stream
 from .subscription import Subscription
 
 __all__ = ["Coordinator", "GroupSettings", "RebalanceListener"]
 
 log = logging.getLogger("aiokafka07.group")
+
+#: The part of the session timeout after a confirmed request during which the member
+#: still counts its partitions as its own.
+LEASE_FRACTION = 2 / 3
 
 
 class RebalanceListener(Protocol):
@@ -95,6 +100,7 @@ class Coordinator:
         registry: GroupRegistry,
         assignment: Assignment,
         streams: Sequence[Stream],
+        delivery: Delivery,
         offsets: Offsets,
         fetchers: Fetchers,
         listener: RebalanceListener | None,
@@ -105,6 +111,7 @@ class Coordinator:
         self.registry = registry
         self.assignment = assignment
         self.streams = streams
+        self.delivery = delivery
         self.offsets = offsets
         self.fetchers = fetchers
         self.listener = listener
@@ -145,6 +152,29 @@ class Coordinator:
             self._needed.clear()
             await self.rebalance()
 
+    async def keep_lease(self) -> None:
+        """Prove the ZooKeeper session alive every third of its timeout (supervised).
+
+        A request sent at ``t`` and answered shows the server heard from the session at or
+        after ``t``, so it cannot expire before ``t`` + the session timeout: the member's
+        partitions are its own until then (two thirds of it, for safety). While the lease
+        has run out (ZooKeeper unreachable, or this process was stopped), no new fetch is
+        handed out or taken in: another member may be taking the partitions over.
+        """
+        zk = self.zookeeper
+        while True:
+            session = zk.session_id
+            sent = time.monotonic()
+            timeout = zk.session_timeout
+            try:
+                await zk.exists("/")
+            except ZooKeeperError as exc:
+                log.debug("%s: ZooKeeper did not answer: %s", self.consumer_id, exc)
+            else:
+                if session is not None and zk.session_id == session and not self._broken:
+                    self.delivery.renew(sent + timeout * LEASE_FRACTION)
+            await asyncio.sleep(timeout / 3)
+
     async def auto_commit(self) -> None:
         """Commit every ``auto_commit_interval`` seconds (supervised); a failed commit
         is logged and retried at the next interval."""
@@ -184,6 +214,7 @@ class Coordinator:
         """The session expired: stop acting as the owner of anything at once."""
         self.session_expiries += 1
         self._broken = True
+        self.delivery.revoke_lease()
         states = list(self.assignment.partitions.values())
         for state in states:
             state.fenced = True
@@ -273,6 +304,7 @@ class Coordinator:
         while True:
             attempt += 1
             log.debug("%s: rebalance attempt %d", self.consumer_id, attempt)
+            started = time.monotonic()
             try:
                 async with self._lock:
                     done = await self._attempt()
@@ -282,6 +314,8 @@ class Coordinator:
                 reason = str(exc)
                 log.warning("%s: rebalance attempt %d failed: %s", self.consumer_id, attempt, exc)
             if done:
+                # Its first ZooKeeper answer proved the session alive since `started`.
+                self.delivery.renew(started + self.zookeeper.session_timeout * LEASE_FRACTION)
                 self.rebalances += 1
                 log.info(
                     "%s: rebalance %d of group %s done in %.0f ms (%d attempts, %d members): "

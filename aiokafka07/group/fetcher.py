@@ -45,7 +45,7 @@ from ..supervisor import CrashPolicy, Supervisor
 from ..znodes import read_brokers
 from ..zookeeper import ZooKeeper
 from .state import Assignment, PartitionState
-from .streams import shared_error
+from .streams import Delivery, shared_error
 
 __all__ = ["FetchSettings", "Fetcher", "Fetchers", "Offsets"]
 
@@ -125,11 +125,12 @@ class Fetcher:
     """Fetches the owned partitions of one broker (see the module docstring)."""
 
     def __init__(
-        self, broker_id: int, assignment: Assignment, pool: ConnectionPool, offsets: Offsets,
-        settings: FetchSettings,
+        self, broker_id: int, assignment: Assignment, delivery: Delivery, pool: ConnectionPool,
+        offsets: Offsets, settings: FetchSettings,
     ) -> None:  # fmt: skip
         self.broker_id = broker_id
         self.assignment = assignment
+        self.delivery = delivery
         self.pool = pool
         self.offsets = offsets
         self.settings = settings
@@ -150,7 +151,7 @@ class Fetcher:
                 for s in self.assignment.of_broker(self.broker_id)
                 if s.fetchable and s.stream.has_room()
             ]
-            if not states:
+            if not states or not self.delivery.leased():
                 await self._idle(IDLE_RECHECK)
                 continue
             try:
@@ -196,6 +197,8 @@ class Fetcher:
                 len(requests),
                 address,
             )
+        if not self.delivery.leased():
+            return True  # (taken in again once the session is confirmed alive)
         got = False
         for state, epoch, request, answer in zip(
             states, epochs, requests, response.responses, strict=True

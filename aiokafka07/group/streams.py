@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable, Collection, Container
 from typing import TYPE_CHECKING
 
@@ -85,17 +86,43 @@ class Delivery:
         self.records = 0
         self._error: BaseException | None = None
         self.fatal: BaseException | None = None
+        #: Until when (``time.monotonic()``) the member's ZooKeeper session is known to
+        #: be alive, so its partitions are still its own (see :meth:`renew`).
+        self.lease_until = 0.0
+        self.ready_events: list[asyncio.Event] = []  # one per stream
+
+    def wake(self) -> None:
+        """Wake every reader (the consumer's and each stream's)."""
+        self.data.set()
+        for event in self.ready_events:
+            event.set()
+
+    def leased(self) -> bool:
+        """Whether the ZooKeeper session is known to be alive now; while it is not, no
+        new chunk is handed out or fetched (another member may be taking over)."""
+        return time.monotonic() < self.lease_until
+
+    def renew(self, until: float) -> None:
+        """The session was alive until at least ``until``: go on (wake who waited)."""
+        held = not self.leased()
+        self.lease_until = max(self.lease_until, until)
+        if held and self.leased():
+            self.wake()
+            self.on_room()
+
+    def revoke_lease(self) -> None:
+        self.lease_until = 0.0
 
     def report(self, exc: BaseException) -> None:
         """Raise ``exc`` once, from the next read (the first one reported wins)."""
         if self._error is None:
             self._error = exc
-        self.data.set()
+        self.wake()
 
     def fail(self, exc: BaseException) -> None:
         """Raise ``exc`` from every read from now on (the consumer cannot go on)."""
         self.fatal = exc
-        self.data.set()
+        self.wake()
 
     def check(self) -> None:
         """Raise what was reported or failed, if anything."""
@@ -123,6 +150,7 @@ class Stream:
         self._head: Chunk | None = None
         self._buffered = 0
         self._ready = asyncio.Event()
+        delivery.ready_events.append(self._ready)
 
     def __repr__(self) -> str:
         return f"<Stream {self.index}: {len(self._chunks)} chunks, {self._buffered} bytes>"
@@ -199,6 +227,8 @@ class Stream:
             self._finish(head)
             self._head = None
         chunks = self._chunks
+        if chunks and time.monotonic() >= self._delivery.lease_until:
+            return None  # held until the session is confirmed alive (Delivery.renew)
         while chunks:
             chunk = chunks[0]
             error = chunk.error
@@ -236,6 +266,8 @@ class Stream:
         if head is not None and head.pos >= head.end:
             self._finish(head)
             self._head = head = None
+        if not self._delivery.leased():
+            return None
         found: Chunk | None = None
         if head is not None and head.state is not None and head.state.tp in partitions:
             found = head
