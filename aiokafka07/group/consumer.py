@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..backoff import Backoff
-from ..errors import ConsumerStoppedError
+from ..errors import ConsumerStoppedError, IllegalStateError
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST
 from ..records import ConsumerRecord, TopicPartition
@@ -479,13 +479,19 @@ class Consumer:
 
     async def position(self, tp: TopicPartition) -> int:
         """The next offset to consume of an owned partition: what a commit would write.
-        During the rebalance that follows a session expiry, waits for its new position.
-        :class:`~aiokafka07.errors.IllegalStateError` for a partition not owned."""
+        :class:`~aiokafka07.errors.IllegalStateError` for a partition not owned, or fenced
+        after a session expiry (the next rebalance assigns it again, from the committed
+        offset, or to another member)."""
+        return self._owned(tp).position
+
+    def _owned(self, tp: TopicPartition) -> PartitionState:
         state = self._assignment.require(tp)
-        while state.fenced:
-            await self._coordinator.settled(self._request_timeout)
-            state = self._assignment.require(tp)
-        return state.position
+        if state.fenced:
+            raise IllegalStateError(
+                f"{tp.topic}/{tp.name} is fenced: this member's ZooKeeper session expired, "
+                "and the next rebalance decides where it is consumed from"
+            )
+        return state
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The last known log end of an owned partition (None until a fetch reached it,
@@ -499,7 +505,7 @@ class Consumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Consume an owned partition from ``offset`` on; buffered records and errors of
         it are dropped, and a partition stopped by an error is fetched again."""
-        state = self._assignment.require(tp)
+        state = self._owned(tp)
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ValueError(f"offset must be a non-negative int, not {offset!r}")
         state.epoch += 1

@@ -120,7 +120,6 @@ class Coordinator:
         self.commit_failures = 0
         self.session_expiries = 0
         self._needed = asyncio.Event()
-        self._settled = asyncio.Event()
         self._lock = asyncio.Lock()
         self._broken = False  # the session expired, or the registration was found gone
         # Owner nodes we may still hold and must delete: partition → the session that
@@ -233,10 +232,6 @@ class Coordinator:
         self._broken = True
         self.trigger()
 
-    async def settled(self, timeout: float) -> None:
-        """Wait (up to ``timeout`` s) for the next successful rebalance."""
-        await asyncio.wait_for(self._settled.wait(), timeout)
-
     # -- commits ------------------------------------------------------------------------
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
@@ -328,8 +323,6 @@ class Coordinator:
                     self._members,
                     describe(self.assignment.partitions) or "nothing",
                 )
-                settled, self._settled = self._settled, asyncio.Event()
-                settled.set()
                 return
             if attempt >= self.settings.rebalance_attempts:
                 raise ZooKeeperError(
