@@ -268,10 +268,12 @@ async def run(messages: int, memory_mb: int, reps: int) -> dict[str, Any]:
         topics = {
             c: write_backlog(log_dir, f"backlog-{c}", PARTITIONS, messages, c) for c in CODECS
         }
-        large = memory_mb * 1_000_000 // (PAYLOAD + 10)
+        large = max(memory_mb * 1_000_000 // (PAYLOAD + 10), PARTITIONS * 1000)
         sizes = {
             "large": write_backlog(log_dir, "memory-large", PARTITIONS, large, "none"),
-            "small": write_backlog(log_dir, "memory-small", PARTITIONS, large // 100, "none"),
+            "small": write_backlog(
+                log_dir, "memory-small", PARTITIONS, max(large // 100, PARTITIONS * 1000), "none"
+            ),
         }
         (log_dir / "wide-0").mkdir()
         (log_dir / "wide-0" / f"{0:020d}.kafka").write_bytes(b"")
@@ -326,7 +328,8 @@ def render(r: dict[str, Any]) -> str:
     m = r["memory"]
     lines.append(
         f"  peak RSS reading {m['backlog_mb']} MB: {m['large']['peak_rss_mb']:.1f} MB; "
-        f"reading {m['backlog_mb'] / 100:g} MB: {m['small']['peak_rss_mb']:.1f} MB "
+        f"reading {m['small']['messages'] * (PAYLOAD + 10) / MB:g} MB: "
+        f"{m['small']['peak_rss_mb']:.1f} MB "
         f"(growth {m['growth_mb']:+.1f} MB)"
     )
     b = r["rebalance"]
