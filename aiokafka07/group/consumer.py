@@ -348,12 +348,6 @@ class Consumer:
                 batch = await self.getmany(*partitions, timeout_ms=60_000, max_records=1)
                 for records in batch.values():
                     return records[0]
-        chunk = self._head
-        if chunk is not None:
-            pos = chunk.pos
-            if pos < chunk.end:
-                chunk.pos = pos + 1
-                return chunk.records[pos]
         return await self._next(None, iterating=False)
 
     async def _next(self, timeout_ms: float | None, *, iterating: bool) -> ConsumerRecord:
