@@ -299,7 +299,7 @@ class Coordinator:
         while True:
             attempt += 1
             log.debug("%s: rebalance attempt %d", self.consumer_id, attempt)
-            started = time.monotonic()
+            started, session = time.monotonic(), self.zookeeper.session_id
             try:
                 async with self._lock:
                     done = await self._attempt()
@@ -309,8 +309,10 @@ class Coordinator:
                 reason = str(exc)
                 log.warning("%s: rebalance attempt %d failed: %s", self.consumer_id, attempt, exc)
             if done:
-                # Its first ZooKeeper answer proved the session alive since `started`.
-                self.delivery.renew(started + self.zookeeper.session_timeout * LEASE_FRACTION)
+                if not self._broken and self.zookeeper.session_id == session:
+                    # Its ZooKeeper answers proved the session alive since `started`.
+                    timeout = self.zookeeper.session_timeout
+                    self.delivery.renew(started + timeout * LEASE_FRACTION)
                 self.rebalances += 1
                 log.info(
                     "%s: rebalance %d of group %s done in %.0f ms (%d attempts, %d members): "
