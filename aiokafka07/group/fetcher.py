@@ -45,7 +45,7 @@ from ..supervisor import CrashPolicy, Supervisor
 from ..znodes import read_brokers
 from ..zookeeper import ZooKeeper
 from .state import Assignment, PartitionState
-from .streams import Delivery, shared_error
+from .streams import Delivery, Stream, shared_error
 
 __all__ = ["FetchSettings", "Fetcher", "Fetchers", "Offsets"]
 
@@ -55,6 +55,12 @@ log = logging.getLogger("aiokafka07.group")
 #: it is woken at once when a stream gets room, a partition is resumed or sought, or a
 #: rebalance changes what it owns.
 IDLE_RECHECK = 1.0
+#: How many bytes one MULTIFETCH asks for, about (a partition whose fetch size is
+#: larger is still fetched, alone).
+REQUEST_BYTES = 1048576
+#: What a record takes in memory besides its value's bytes (its tuple, the bytes object's
+#: header), for the prefetch bound.
+RECORD_OVERHEAD = 100
 #: Consecutive connection failures a fetcher retries before it crashes (and is
 #: restarted by its supervisor, the error reaching the application).
 CONNECTION_ATTEMPTS = 8
@@ -135,6 +141,7 @@ class Fetcher:
         self.offsets = offsets
         self.settings = settings
         self._wake = asyncio.Event()
+        self._turn = 0
 
     def wake(self) -> None:
         """Look at the states again now (room, resume, seek, rebalance)."""
@@ -146,11 +153,7 @@ class Fetcher:
         first, cap = self.settings.connection_backoff
         failures = Backoff(first, cap, max_attempts=CONNECTION_ATTEMPTS)
         while True:
-            states = [
-                s
-                for s in self.assignment.of_broker(self.broker_id)
-                if s.fetchable and s.stream.has_room()
-            ]
+            states = self._fetchable()
             if not states or not self.delivery.leased():
                 await self._idle(IDLE_RECHECK)
                 continue
@@ -173,6 +176,36 @@ class Fetcher:
             failures.succeeded()
             if not got:
                 await self._idle(self.settings.poll_interval)
+
+    def _fetchable(self) -> list[PartitionState]:
+        """The partitions to fetch now: fetchable ones whose stream has room for what they
+        may bring (so what is decoded and waiting stays near ``max_prefetch_bytes``), up
+        to about :data:`REQUEST_BYTES` per MULTIFETCH (an answer that stays small is
+        cheaper to take in than one large one). A partition that was at its log end
+        brings nothing and always comes along. The order turns every fetch, so the
+        partitions share the room."""
+        states = self.assignment.of_broker(self.broker_id)
+        if not states:
+            return []
+        self._turn = turn = (self._turn + 1) % len(states)
+        room: dict[Stream, int] = {}
+        chosen: list[PartitionState] = []
+        asked = 0
+        for state in states[turn:] + states[:turn]:
+            if not state.fetchable:
+                continue
+            stream = state.stream
+            left = room.get(stream)
+            if left is None:
+                left = stream.room()
+            at_end = state.highwater is not None and state.fetch_offset >= state.highwater
+            may_bring = 0 if at_end else state.fetch_size
+            if left <= 0 or (asked and asked + may_bring > REQUEST_BYTES):
+                continue
+            chosen.append(state)
+            asked += may_bring
+            room[stream] = left - may_bring
+        return chosen
 
     async def _idle(self, seconds: float) -> None:
         self._wake.clear()
@@ -293,7 +326,9 @@ class Fetcher:
         self, state: PartitionState, records: list[ConsumerRecord], size: int, base: int
     ) -> None:
         state.fetch_offset = base + size
-        state.stream.put(state, records, size, base)
+        # The prefetch bound counts what the records take in memory, at least roughly: a
+        # compressed set decodes into far more than its bytes on the wire.
+        state.stream.put(state, records, max(size, len(records) * RECORD_OVERHEAD), base)
 
     def _put_deserialized(
         self, state: PartitionState, records: list[ConsumerRecord], valid: int, base: int

@@ -330,8 +330,9 @@ class Stream:
 
     # -- the buffer (fetchers and coordinator) ----------------------------------------------
 
-    def has_room(self) -> bool:
-        return self._buffered < self._max_bytes
+    def room(self) -> int:
+        """Bytes that may still be fetched for this stream (<= 0: none)."""
+        return self._max_bytes - self._buffered
 
     def put(
         self, state: PartitionState, records: list[ConsumerRecord], size: int, base: int
