@@ -55,6 +55,8 @@ log = logging.getLogger("aiokafka07.group")
 #: it is woken at once when a stream gets room, a partition is resumed or sought, or a
 #: rebalance changes what it owns.
 IDLE_RECHECK = 1.0
+#: How long a fetcher that is no longer needed may take to stop.
+STOP_TIMEOUT = 10.0
 #: How many bytes one MULTIFETCH asks for, about (a partition whose fetch size is
 #: larger is still fetched, alone).
 REQUEST_BYTES = 1048576
@@ -440,7 +442,9 @@ class Fetchers:
         for task in stopping:
             task.cancel()
         if stopping:
-            await asyncio.wait(stopping)
+            _, pending = await asyncio.wait(stopping, timeout=STOP_TIMEOUT)
+            for task in pending:
+                log.warning("%s did not stop within %g s", task.get_name(), STOP_TIMEOUT)
 
     def _crashed(self, broker_id: int, exc: BaseException) -> None:
         self.crashes += 1
