@@ -57,6 +57,8 @@ PAYLOAD = 100
 PARTITIONS = 4
 MB = 1e6
 CODECS = ("none", "snappy")
+#: A read that gets nothing for this long ends (and the figure is refused).
+IDLE_MS = 30_000
 MODES = ("floor", "async_for", "getmany")
 
 
@@ -116,7 +118,11 @@ _groups = iter(range(1_000_000))
 
 async def group_read(connect: str, topic: str, expected: int, mode: str) -> Run:
     consumer = Consumer(
-        topic, group=f"bench-{next(_groups)}", zookeeper=connect, auto_offset_reset="smallest"
+        topic,
+        group=f"bench-{next(_groups)}",
+        zookeeper=connect,
+        auto_offset_reset="smallest",
+        consumer_timeout_ms=IDLE_MS,
     )
     await consumer.start()
     try:
@@ -132,13 +138,19 @@ async def group_read(connect: str, topic: str, expected: int, mode: str) -> Run:
         async def by_batches() -> int:
             count = 0
             while count < expected:
-                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                batch = await consumer.getmany(timeout_ms=IDLE_MS)
+                if not batch:
+                    break
+                for records in batch.values():
                     count += len(records)
             return count
 
-        return await timed(by_iteration if mode == "async_for" else by_batches)
+        run = await timed(by_iteration if mode == "async_for" else by_batches)
     finally:
         await consumer.close(commit=False)
+    if run.count != expected:
+        raise RuntimeError(f"{mode} read {run.count} messages, expected {expected}")
+    return run
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -180,7 +192,11 @@ def memory_child(connect: str, topic: str, expected: int) -> None:
     async def main() -> int:
         count = 0
         async with Consumer(
-            topic, group="bench-memory", zookeeper=connect, auto_offset_reset="smallest"
+            topic,
+            group="bench-memory",
+            zookeeper=connect,
+            auto_offset_reset="smallest",
+            consumer_timeout_ms=IDLE_MS,
         ) as consumer:
             async for _record in consumer:
                 count += 1
