@@ -16,7 +16,11 @@ from typing import Any, ClassVar
 
 __all__ = [
     "BrokerError",
+    "CommitFailedError",
     "CompressionError",
+    "ConsumerStoppedError",
+    "DeserializationError",
+    "IllegalStateError",
     "InvalidConfigError",
     "InvalidMessageError",
     "InvalidMessageSizeError",
@@ -233,6 +237,34 @@ class ProducerClosedError(KafkaError):
         super().__init__(message)
         self.undelivered = undelivered
         self.errors = errors or {}
+
+
+class ConsumerStoppedError(KafkaError):
+    """The group consumer is closed: ``getone()`` / ``getmany()`` after (or during)
+    ``close()`` / ``stop()``. Iteration simply ends instead."""
+
+
+class IllegalStateError(KafkaError):
+    """A partition operation (seek, pause, position, commit of given offsets, ...) on a
+    partition this group member does not own."""
+
+
+class CommitFailedError(KafkaError):
+    """Offsets were not committed because this member may no longer own the partition:
+    its ZooKeeper session expired or its connection broke while the write was under way.
+    A commit is never written from another session than the one that claimed the
+    partition (another member may own it by then)."""
+
+
+class DeserializationError(KafkaError):
+    """A consumer's ``value_deserializer`` raised for ``record`` (the raw record, value
+    still bytes; the deserializer's exception is the ``__cause__``). The records before it
+    were handed out; the partition waits for ``seek()``, e.g. to ``record.offset`` to skip
+    it."""
+
+    def __init__(self, message: str, *, record: Any) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 class ZooKeeperError(KafkaError):

@@ -12,7 +12,8 @@ crashes (an exception other than cancellation escapes it):
   reads that task's output, once), then the task is started again after a
   :class:`~aiokafka07.backoff.Backoff` delay. After ``max_restarts`` consecutive crashes
   (a run lasting ``healthy_after`` seconds resets the count) it gives up, which is logged
-  and reported to ``on_crash`` like any crash: a restart loop is always bounded.
+  and reported to ``on_crash`` like any crash, then to ``on_give_up`` if given (so the
+  owner can stop relying on the task): a restart loop is always bounded.
 * :attr:`CrashPolicy.LOG`: the crash is logged and the task ends. Only for best-effort
   work whose loss has no other consequence (a periodic statistics line, say).
 
@@ -95,6 +96,7 @@ class Supervisor:
         backoff: Backoff | None = None,
         max_restarts: int = 10,
         healthy_after: float | None = None,
+        on_give_up: CrashHandler | None = None,
     ) -> asyncio.Task[None]:
         """Start ``target`` (a coroutine, or for RESTART a function returning one) as a
         supervised task named ``<supervisor>/<name>``.
@@ -102,7 +104,8 @@ class Supervisor:
         ESCALATE requires ``on_crash``. RESTART requires a function (a coroutine can run
         only once) and restarts after ``backoff`` delays (default 0.1 s doubling to 5 s);
         ``healthy_after`` (default: the backoff cap) is how long a run must last for its
-        crash not to count as consecutive.
+        crash not to count as consecutive. ``on_give_up(exc)`` is called (after
+        ``on_crash``) when a RESTART task stops restarting.
         """
         refusal: Exception | None = None
         if self._closed:
@@ -128,6 +131,7 @@ class Supervisor:
             backoff or Backoff(0.1, 5.0),
             max_restarts,
             healthy_after,
+            on_give_up,
         )
         task = asyncio.get_running_loop().create_task(runner, name=full_name)
         self._tasks.add(task)
@@ -143,6 +147,7 @@ class Supervisor:
         backoff: Backoff,
         max_restarts: int,
         healthy_after: float | None,
+        on_give_up: CrashHandler | None,
     ) -> None:
         loop = asyncio.get_running_loop()
         healthy = backoff.cap if healthy_after is None else healthy_after
@@ -169,6 +174,7 @@ class Supervisor:
                         exc_info=exc,
                     )
                     self._notify(name, on_crash, exc)
+                    self._notify(name, on_give_up, exc)
                     return
                 delay = backoff.failed()
                 self.log.error("%s crashed; restarting in %.2f s", name, delay, exc_info=exc)

@@ -384,6 +384,10 @@ class GroupRegistry:
     Owner nodes are claimed "expecting conflict": a node holding our own thread id is ours
     (a connection blip), another value means the previous owner has not released yet. The
     registry holds no state of its own; the rebalance logic and the tools build on it.
+
+    A member passes ``session=`` (the ZooKeeper session it claimed in) to its writes, so
+    nothing it writes lands in ZooKeeper from a session other than the one it owned the
+    partition in (see :mod:`aiokafka07.zookeeper`); the tools write unfenced.
     """
 
     def __init__(self, zookeeper: ZooKeeper, group: str) -> None:
@@ -395,10 +399,12 @@ class GroupRegistry:
 
     # -- membership ---------------------------------------------------------------------
 
-    async def register(self, consumer: str, registration: Registration) -> None:
+    async def register(
+        self, consumer: str, registration: Registration, *, session: int | None = None
+    ) -> None:
         """Create this member's ephemeral ``ids`` node (again, after a session expiry)."""
         await self.zookeeper.create_ephemeral(
-            member_path(self.group, consumer), format_registration(registration)
+            member_path(self.group, consumer), format_registration(registration), session=session
         )
 
     async def unregister(self, consumer: str) -> None:
@@ -427,20 +433,28 @@ class GroupRegistry:
 
     # -- ownership -------------------------------------------------------------------------
 
-    async def claim(self, topic: str, partition: str, thread_id: str) -> bool:
+    async def claim(
+        self, topic: str, partition: str, thread_id: str, *, session: int | None = None
+    ) -> bool:
         """Own ``partition`` ("b-p") for ``thread_id``; False while someone else owns it."""
         try:
             await self.zookeeper.create_ephemeral(
-                owner_path(self.group, topic, partition), thread_id
+                owner_path(self.group, topic, partition), thread_id, session=session
             )
         except ZNodeConflictError as exc:
             log.info("%s/%s still owned by %s", topic, partition, exc.existing)
             return False
         return True
 
-    async def release(self, topic: str, partition: str) -> None:
-        """Give up ownership (a missing node is fine, as in 0.7.2)."""
-        await self.zookeeper.delete(owner_path(self.group, topic, partition))
+    async def release(self, topic: str, partition: str, *, session: int | None = None) -> None:
+        """Give up ownership (a missing node is fine, as in 0.7.2). With ``session``, only a
+        node that session created is deleted: after an expiry the path may already hold
+        another member's claim."""
+        path = owner_path(self.group, topic, partition)
+        if session is None:
+            await self.zookeeper.delete(path)
+        else:
+            await self.zookeeper.delete_own(path, session)
 
     async def owner(self, topic: str, partition: str) -> str | None:
         """The thread id owning ``partition``, or None."""
@@ -465,20 +479,22 @@ class GroupRegistry:
     async def committed(self, topic: str, partition: str) -> int | None:
         """The committed next offset of ``partition``, or None when none was committed."""
         path = offset_path(self.group, topic, partition)
-        if not await self.zookeeper.exists(path):
+        found, value = await self.zookeeper.data_if_exists(path)
+        if not found:
             return None
-        value = await self.zookeeper.get_data(path)
         offset = _decimal(value)
         if offset is None:
             raise ZooKeeperError(f"{path} holds {value!r}, not an offset")
         return offset
 
-    async def commit(self, topic: str, partition: str, offset: int) -> None:
+    async def commit(
+        self, topic: str, partition: str, offset: int, *, session: int | None = None
+    ) -> None:
         """Write the next offset to fetch, in decimal (0.7.2's "update persistent")."""
         if offset < 0:
             raise ValueError(f"cannot commit the negative offset {offset}")
         await self.zookeeper.write_persistent(
-            offset_path(self.group, topic, partition), str(offset)
+            offset_path(self.group, topic, partition), str(offset), session=session
         )
 
     async def offset_partitions(self, topic: str) -> list[str]:

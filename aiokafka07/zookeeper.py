@@ -3,9 +3,17 @@
 A thin layer over ``aiozk`` that speaks the domain: the connect string with an optional
 chroot, persistent parents with *null* data (as 0.7.2 creates them; aiozk's own
 ``ensure_path`` makes container nodes, which ZooKeeper deletes when they empty), ephemeral
-nodes created "expecting conflict", and listeners told when a *new* session replaced an
-expired one, so owners of ephemeral nodes can register again, and child watches whose
-callbacks stay registered while the one-shot server-side watch is re-armed by each read.
+nodes created "expecting conflict", listeners told when the session expired and when a
+*new* session replaced it, so owners of ephemeral nodes can stop acting as owners and then
+register again, and child watches whose callbacks stay registered while the one-shot
+server-side watch is re-armed by each read.
+
+Writes can be *fenced* to a session (``session=`` on the writing calls): aiozk re-sends a
+request that met a broken connection once it is connected again, possibly in a new
+session, which would let a member write an offset or delete an owner node after its
+session expired and another member took over. A fenced write is refused unless its session
+is the current one, and abandoned (never re-sent) if the connection breaks before it is
+answered.
 
 It knows nothing of sockets to brokers or of the Kafka wire protocol.
 """
@@ -15,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import aiozk
 from aiozk import exc as zk_exc
+from aiozk import protocol
 from aiozk.states import States
 
 from .errors import ZNodeConflictError, ZooKeeperError
@@ -37,7 +46,9 @@ log = logging.getLogger("aiokafka07.zookeeper")
 logging.getLogger("aiozk").addHandler(logging.NullHandler())
 
 SessionListener = Callable[[], Awaitable[None]]
+LostListener = Callable[[], None]
 WatchCallback = Callable[[str], None]
+T = TypeVar("T")
 
 # The watch events a child watch, or the existence watch left on a missing node, reports.
 _CHILD_WATCH_EVENTS = (
@@ -77,6 +88,8 @@ class ZooKeeper:
 
     ``session_timeout_ms`` and ``connection_timeout_ms`` are the 0.7.2
     ``zk.sessiontimeout.ms`` / ``zk.connectiontimeout.ms`` (6000 by default).
+    ``operation_timeout_ms`` bounds each operation (None: aiozk waits for a reconnection
+    as long as it takes); an operation that times out raises :class:`ZooKeeperError`.
     """
 
     def __init__(
@@ -85,15 +98,18 @@ class ZooKeeper:
         *,
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int = 6000,
+        operation_timeout_ms: int | None = None,
     ) -> None:
         self.connect = connect
         self.servers, self.chroot = parse_connect_string(connect)
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms
+        self.operation_timeout_ms = operation_timeout_ms
         self._client: Any = None
         self._listeners: list[SessionListener] = []
         # Owns the session monitor (a new one per session opened).
         self._supervisor: Supervisor | None = None
+        self._lost_listeners: list[LostListener] = []
         self._watch_wrappers: dict[tuple[str, WatchCallback], _WatchWrapper] = {}
 
     async def __aenter__(self) -> ZooKeeper:
@@ -114,6 +130,13 @@ class ZooKeeper:
     def session_id(self) -> int | None:
         """The current session id (changes when an expired session is replaced)."""
         return None if self._client is None else self._client.session.session_id
+
+    @property
+    def session_timeout(self) -> float:
+        """The session timeout the server granted, in seconds (what it expires us after)."""
+        if self._client is not None and self._client.session.timeout:
+            return float(self._client.session.timeout)
+        return self.session_timeout_ms / 1000
 
     @property
     def connected(self) -> bool:
@@ -172,18 +195,33 @@ class ZooKeeper:
         """Call ``listener()`` after a new session replaced an expired one."""
         self._listeners.append(listener)
 
+    def add_session_lost_listener(self, listener: LostListener) -> None:
+        """Call ``listener()`` (synchronously, at once) when the session is found expired,
+        before a new one is opened: its ephemeral nodes are gone, and others may already
+        hold what they stood for."""
+        self._lost_listeners.append(listener)
+
     async def _watch_sessions(self) -> None:
         session = self.client.session
         current = session.session_id
         while True:
             await session.state.wait_for(States.LOST, States.SUSPENDED)
             log.info("ZooKeeper connection %s", session.state.current_state)
-            await session.state.wait_for(States.CONNECTED)
+            lost = False
+            if session.state == States.SUSPENDED:
+                await session.state.wait_for(States.CONNECTED, States.LOST)
+            if session.state == States.LOST:
+                lost = True
+                log.warning("ZooKeeper session %#x expired", current or 0)
+                self._notify_lost()
+                await session.state.wait_for(States.CONNECTED)
             if session.session_id == current:
-                log.info("ZooKeeper connection restored, session %#x", current)
+                log.info("ZooKeeper connection restored, session %#x", current or 0)
                 continue
+            if not lost:  # (aiozk goes through LOST; do not rely on it)
+                self._notify_lost()
             log.warning(
-                "ZooKeeper session %#x expired; new session %#x",
+                "ZooKeeper session %#x replaced by new session %#x",
                 current or 0,
                 session.session_id or 0,
             )
@@ -193,6 +231,47 @@ class ZooKeeper:
                     await listener()
                 except Exception:
                     log.exception("session listener %r failed", listener)
+
+    def _notify_lost(self) -> None:
+        for listener in list(self._lost_listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("session-lost listener %r failed", listener)
+
+    async def _fenced(self, session: int | None, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` (a write) only in ``session``, and never after its connection broke.
+
+        Raises :class:`ZooKeeperError` when ``session`` is not the current, connected
+        session, or when the connection breaks before the answer (the request is then
+        abandoned: aiozk would re-send it after reconnecting, maybe in a new session).
+        """
+        if session is None:
+            return await work
+        state = self.client.session.state
+        if self.session_id != session or state != States.CONNECTED:
+            work.close()
+            raise ZooKeeperError(
+                f"ZooKeeper session {session:#x} is not the current connected session: "
+                "write refused"
+            )
+        task = asyncio.ensure_future(work)
+        interrupted = state.wait_for(States.SUSPENDED, States.LOST)
+        try:
+            await asyncio.wait({task, interrupted}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+        finally:
+            for waiting in (state.futures[States.SUSPENDED], state.futures[States.LOST]):
+                waiting.discard(interrupted)
+            if not task.done():  # interrupted, or we are cancelled: never send it again
+                task.cancel()
+                task.add_done_callback(_retrieve)
+        await asyncio.wait({task})
+        raise ZooKeeperError(
+            f"the connection of ZooKeeper session {session:#x} broke during a write; "
+            "the write was abandoned (it may or may not have been applied)"
+        )
 
     # -- znodes ---------------------------------------------------------------------
 
@@ -205,13 +284,16 @@ class ZooKeeper:
             with contextlib.suppress(zk_exc.NodeExists):
                 await self._call(self.client.create(current, data=None))
 
-    async def create_ephemeral(self, path: str, data: str) -> None:
+    async def create_ephemeral(self, path: str, data: str, *, session: int | None = None) -> None:
         """Create an ephemeral node "expecting conflict" (ZOOKEEPER §0).
 
         Missing parents are created. If the node exists with exactly ``data`` it is ours
         (it survived a connection blip) and that is success; other data raises
-        :class:`ZNodeConflictError`.
+        :class:`ZNodeConflictError`. With ``session``, fenced to that session.
         """
+        await self._fenced(session, self._create_ephemeral(path, data))
+
+    async def _create_ephemeral(self, path: str, data: str) -> None:
         parent = path.rsplit("/", 1)[0]
         if parent:
             await self.ensure_path(parent)
@@ -224,10 +306,13 @@ class ZooKeeper:
                     f"{path} exists with {existing!r}, not {data!r}", path=path, existing=existing
                 ) from None
 
-    async def write_persistent(self, path: str, data: str) -> None:
+    async def write_persistent(self, path: str, data: str, *, session: int | None = None) -> None:
         """ "Update persistent" (ZOOKEEPER §0): write ``data``; if the node does not exist,
         create its parents and the node; if another writer created it meanwhile, write
-        again."""
+        again. With ``session``, fenced to that session."""
+        await self._fenced(session, self._write_persistent(path, data))
+
+    async def _write_persistent(self, path: str, data: str) -> None:
         for _ in range(3):
             try:
                 await self._call(self.client.set_data(path, data, force=True))
@@ -265,13 +350,45 @@ class ZooKeeper:
     async def delete(self, path: str) -> None:
         """Delete a node if it exists."""
         with contextlib.suppress(zk_exc.NoNode):
-            await self._call(self.client.delete(path))
+            await self._call(self.client.delete(path, force=True))
+
+    async def delete_own(self, path: str, session: int) -> bool:
+        """Delete the ephemeral node ``path`` only if ``session`` created it and is the
+        current session (fenced); True if it was deleted. A node another session created
+        meanwhile (the same path, someone else's ownership) is left alone."""
+        if self.session_id != session:
+            return False  # the node went with that session
+        try:
+            _, stat = await self._call(self.client.get(path))
+        except zk_exc.NoNode:
+            return False
+        if stat.ephemeral_owner != session:
+            return False
+        request = protocol.DeleteRequest(
+            path=self.client.normalize_path(path), version=stat.version
+        )
+        return bool(await self._fenced(session, self._call(self._send_if_unchanged(request))))
+
+    async def _send_if_unchanged(self, request: Any) -> bool:
+        """Send a versioned request; False when the node changed or vanished meanwhile."""
+        try:
+            await self.client.send(request)
+        except (zk_exc.NoNode, zk_exc.BadVersion):
+            return False
+        return True
 
     async def _call(self, call: Awaitable[Any]) -> Any:
+        timeout = self.operation_timeout_ms
         try:
-            return await call
+            if timeout is None:
+                return await call
+            return await asyncio.wait_for(call, timeout / 1000)
         except (zk_exc.NodeExists, zk_exc.NoNode):
             raise
+        except asyncio.TimeoutError:
+            raise ZooKeeperError(
+                f"ZooKeeper at {self.connect}: no answer within {timeout} ms"
+            ) from None
         except zk_exc.ZKError as exc:
             raise ZooKeeperError(f"ZooKeeper at {self.connect}: {exc!r}") from exc
 
@@ -330,14 +447,21 @@ class ZooKeeper:
         """
         names = await self.watch_children(path)
         base = path.rstrip("/")
-        values = await asyncio.gather(*(self._data_if_exists(f"{base}/{name}") for name in names))
+        values = await asyncio.gather(*(self.data_if_exists(f"{base}/{name}") for name in names))
         return {name: value for name, (found, value) in zip(names, values, strict=True) if found}
 
-    async def _data_if_exists(self, path: str) -> tuple[bool, str | None]:
+    async def data_if_exists(self, path: str) -> tuple[bool, str | None]:
+        """``(True, data)``, or ``(False, None)`` when the node does not exist (one read)."""
         try:
             return True, _decode(await self._call(self.client.get_data(path)))
         except zk_exc.NoNode:
             return False, None
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark an abandoned task's outcome as seen (it was cancelled on purpose)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _WatchWrapper:

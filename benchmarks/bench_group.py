@@ -1,20 +1,31 @@
-"""The group consumer: throughput, memory on a large backlog, and rebalance convergence.
+"""The group consumer: CPU per message against a floor, memory on a large backlog, and the
+time a rebalance of 8 members over 64 partitions takes.
 
 A real ZooKeeper (Debian's package) and an embedded broker in its own process; the
-consumers run here. The backlog is written straight into the broker's log directory as
-0.7.2 segment files before it starts (the broker's recovery validates them), so producing
-it costs neither time nor memory in this process.
+consumers run here. Backlogs are written straight into the broker's log directory as 0.7.2
+segment files before it starts (the broker's recovery validates them), so producing them
+costs neither time nor memory in this process.
 
-* **Throughput**: one group member reads a backlog of ``--messages`` 100-byte messages
-  over 4 partitions (uncompressed, gzip, snappy), ``async for record in consumer``.
-* **Memory**: the peak of this process's resident memory above its baseline while one
-  member reads a ``--memory-mb`` backlog (the target: near the configured prefetch, 4 MiB
-  per stream, not growing with the backlog).
-* **Convergence**: 8 members of one group on a 64-partition topic; the time from a 9th
-  member joining, and from one leaving, until every partition has exactly one owner among
-  the members' in-process assignments (target: under 1 s).
+* **CPU per message.** One group member reads a backlog of ``--messages`` 100-byte
+  messages over 4 partitions (uncompressed, and snappy): with ``async for record in
+  consumer``, and with ``getmany()`` (counting the records of each batch). The floor is
+  ``SimpleConsumer.batches()`` over the same 4 partitions of the same broker process (one
+  task per partition, counting each batch): fetching and decoding, nothing else. The three
+  are interleaved, ``--reps`` times (>= 5); each figure is this process's CPU time
+  (``time.process_time()``) per message, and the ratio to the floor of the same
+  repetition. Printed: the medians and the spread (min..max) of the ratios, the wall-clock
+  rates, and the machine's load. Targets (not asserted): ``async for`` <= 1.5x the floor,
+  ``getmany`` <= 1.2x.
+* **Memory.** The peak resident memory (``ru_maxrss``) of a fresh process that joins a group
+  and reads a ``--memory-mb`` backlog with ``async for``, against the same process reading
+  a backlog 100 times smaller: flat means the two are close (the prefetch is bounded at
+  4 MiB per stream, not by the backlog).
+* **Rebalance.** 8 members of one group on a 64-partition topic; then, ``--reps`` times, a
+  9th member joins and later leaves. Timed: from the join (the leave) until every partition
+  is owned by exactly one member, each member owning its 0.7.2 share, in the members'
+  in-process assignments. Median and spread. Target (not asserted): well under 1 s.
 
-Run: ``python benchmarks/bench_group.py [--messages N] [--memory-mb M] [--json]``.
+Run: ``python benchmarks/bench_group.py [--messages N] [--memory-mb M] [--reps R] [--json]``.
 """
 
 from __future__ import annotations
@@ -25,23 +36,35 @@ import json
 import logging
 import os
 import random
+import resource
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from common import start_broker
 
+from aiokafka07 import SimpleConsumer
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.protocol import encode_message_set
 from aiokafka07.testing import ZooKeeperServer
 
 PAYLOAD = 100
+PARTITIONS = 4
 MB = 1e6
+CODECS = ("none", "snappy")
+#: A read that gets nothing for this long ends (and the figure is refused).
+IDLE_MS = 30_000
+MODES = ("floor", "async_for", "getmany")
 
 
-def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, codec: str) -> None:
-    """0.7.2 segment files: <log.dir>/<topic>-<p>/00000000000000000000.kafka."""
+def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, codec: str) -> int:
+    """0.7.2 segment files ``<log.dir>/<topic>-<p>/00000000000000000000.kafka``; returns
+    how many messages were written (whole sets of 1000 per partition)."""
     rng = random.Random(11)
     payloads = [rng.randbytes(30) + b"m" * (PAYLOAD - 30) for _ in range(1000)]
     chunk = encode_message_set(payloads, compression=codec)
@@ -52,133 +75,302 @@ def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, cod
         with open(directory / f"{0:020d}.kafka", "wb") as segment:
             for _ in range(per_partition):
                 segment.write(chunk)
+    return per_partition * 1000 * partitions
 
 
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+class Run:
+    """One timed read: CPU seconds and wall seconds for ``count`` messages."""
+
+    def __init__(self, count: int, cpu: float, wall: float) -> None:
+        self.count, self.cpu, self.wall = count, cpu, wall
+
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu / self.count * 1e6
 
 
-async def consume_all(connect: str, topic: str, expected: int) -> dict[str, float]:
-    peak = baseline = rss()
-    count = 0
-    async with Consumer(
-        topic, group=f"bench-{topic}", zookeeper=connect, auto_offset_reset="smallest"
-    ) as consumer:
-        start = time.perf_counter()
-        async for _record in consumer:
-            count += 1
-            if count % 100_000 == 0:
-                peak = max(peak, rss())
-            if count >= expected:
-                break
-        elapsed = time.perf_counter() - start
-    return {
-        "messages_per_s": count / elapsed,
-        "payload_mb_per_s": count * PAYLOAD / elapsed / MB,
-        "peak_rss_growth_mb": (peak - baseline) / MB,
-    }
+async def timed(read: Callable[[], Awaitable[int]]) -> Run:
+    cpu, wall = time.process_time(), time.perf_counter()
+    count = await read()
+    return Run(count, time.process_time() - cpu, time.perf_counter() - wall)
 
 
-def owners(members: list[Consumer]) -> list[Any]:
-    return [tp for m in members if not m.closed for tp in m.assignment()]
+async def floor(port: int, topic: str, expected: int) -> Run:
+    async with SimpleConsumer("127.0.0.1", port, broker_id=0) as simple:
+
+        async def one(partition: int) -> int:
+            count = 0
+            async for batch in simple.batches(topic, partition, 0):
+                count += len(batch.messages)
+            return count
+
+        async def read() -> int:
+            return sum(await asyncio.gather(*(one(p) for p in range(PARTITIONS))))
+
+        run = await timed(read)
+    if run.count != expected:
+        raise RuntimeError(f"floor read {run.count}, expected {expected}")
+    return run
 
 
-async def converge(members: list[Consumer], partitions: int, timeout: float = 30) -> float:
+_groups = iter(range(1_000_000))
+
+
+async def group_read(connect: str, topic: str, expected: int, mode: str) -> Run:
+    consumer = Consumer(
+        topic,
+        group=f"bench-{next(_groups)}",
+        zookeeper=connect,
+        auto_offset_reset="smallest",
+        consumer_timeout_ms=IDLE_MS,
+    )
+    await consumer.start()
+    try:
+
+        async def by_iteration() -> int:
+            count = 0
+            async for _record in consumer:
+                count += 1
+                if count >= expected:
+                    break
+            return count
+
+        async def by_batches() -> int:
+            count = 0
+            while count < expected:
+                batch = await consumer.getmany(timeout_ms=IDLE_MS)
+                if not batch:
+                    break
+                for records in batch.values():
+                    count += len(records)
+            return count
+
+        run = await timed(by_iteration if mode == "async_for" else by_batches)
+    finally:
+        await consumer.close(commit=False)
+    if run.count != expected:
+        raise RuntimeError(f"{mode} read {run.count} messages, expected {expected}")
+    return run
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+async def cpu_per_message(
+    connect: str, port: int, topics: dict[str, int], reps: int
+) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for codec in CODECS:
+        topic, expected = f"backlog-{codec}", topics[codec]
+        runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
+        for _ in range(reps):  # interleaved: each repetition runs all three
+            runs["floor"].append(await floor(port, topic, expected))
+            for mode in MODES[1:]:
+                runs[mode].append(await group_read(connect, topic, expected, mode))
+        figures: dict[str, Any] = {}
+        for mode in MODES:
+            figures[mode] = {
+                "cpu_us_per_message": spread([r.cpu_us for r in runs[mode]]),
+                "messages_per_s": spread([r.count / r.wall for r in runs[mode]]),
+            }
+            if mode != "floor":
+                ratios = [
+                    r.cpu_us / f.cpu_us for r, f in zip(runs[mode], runs["floor"], strict=True)
+                ]
+                figures[mode]["cpu_ratio_to_floor"] = spread(ratios)
+        results[codec] = figures
+    return results
+
+
+# -- memory -----------------------------------------------------------------------------
+
+
+def memory_child(connect: str, topic: str, expected: int) -> None:
+    """(In a fresh process.) Read ``topic`` with ``async for``; print the peak RSS."""
+
+    async def main() -> int:
+        count = 0
+        async with Consumer(
+            topic,
+            group="bench-memory",
+            zookeeper=connect,
+            auto_offset_reset="smallest",
+            consumer_timeout_ms=IDLE_MS,
+        ) as consumer:
+            async for _record in consumer:
+                count += 1
+                if count >= expected:
+                    break
+        return count
+
+    count = asyncio.run(main())
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"messages": count, "peak_rss_mb": peak_kb * 1024 / MB}))
+
+
+def peak_rss(connect: str, topic: str, expected: int) -> dict[str, float]:
+    result = subprocess.run(
+        [sys.executable, __file__, "--memory-child", connect, topic, str(expected)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
+    )
+    figures: dict[str, float] = json.loads(result.stdout)
+    if figures["messages"] != expected:
+        raise RuntimeError(f"the memory run read {figures['messages']} of {expected}")
+    return figures
+
+
+# -- rebalance --------------------------------------------------------------------------
+
+
+async def converged(members: list[Consumer], partitions: int, timeout: float = 30) -> float:
+    """Seconds until every partition has one owner and each member its 0.7.2 share."""
+    per, extra = divmod(partitions, len(members))
+    shares = sorted([per + 1] * extra + [per] * (len(members) - extra))
     start = time.perf_counter()
     while True:
-        owned = owners(members)
-        if len(owned) == partitions and len(set(owned)) == partitions:
+        owned = [tp for m in members for tp in m.assignment()]
+        sizes = sorted(len(m.assignment()) for m in members)
+        if len(owned) == partitions == len(set(owned)) and sizes == shares:
             return time.perf_counter() - start
         if time.perf_counter() - start > timeout:
             raise RuntimeError(f"no convergence: {len(set(owned))} of {partitions} owned")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.002)
 
 
-async def convergence(connect: str) -> dict[str, float]:
-    members = [
-        Consumer("wide", group="conv", zookeeper=connect, auto_commit=False) for _ in range(8)
-    ]
-    for member in members:
-        await member.start()
-    await converge(members, 64)
-    joiner = Consumer("wide", group="conv", zookeeper=connect, auto_commit=False)
-    start = time.perf_counter()
-    await joiner.start()
-    members.append(joiner)
-    await converge(members, 64)
-    joined = time.perf_counter() - start
-    start = time.perf_counter()
-    await members[0].close()
-    await converge(members[1:], 64)
-    left = time.perf_counter() - start
-    for member in members[1:]:
-        await member.close()
-    return {"join_s": joined, "leave_s": left}
+async def rebalances(connect: str, reps: int) -> dict[str, Any]:
+    def new_member() -> Consumer:
+        return Consumer("wide", group="conv", zookeeper=connect, auto_commit=False)
+
+    members = [new_member() for _ in range(8)]
+    began = time.perf_counter()
+    await asyncio.gather(*(m.start() for m in members))
+    await converged(members, 64)
+    first = time.perf_counter() - began
+    joins: list[float] = []
+    leaves: list[float] = []
+    try:
+        for _ in range(reps):
+            joiner = new_member()
+            began = time.perf_counter()
+            await joiner.start()
+            await converged([*members, joiner], 64)
+            joins.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            await joiner.close()
+            await converged(members, 64)
+            leaves.append(time.perf_counter() - began)
+    finally:
+        await asyncio.gather(*(m.close() for m in members))
+    return {"first_s": first, "join_s": spread(joins), "leave_s": spread(leaves)}
 
 
-async def run(messages: int, memory_mb: int) -> dict[str, Any]:
+# -- the whole run ----------------------------------------------------------------------
+
+
+async def run(messages: int, memory_mb: int, reps: int) -> dict[str, Any]:
     logging.getLogger("aiokafka07").setLevel(logging.WARNING)
-    results: dict[str, Any] = {"messages": messages}
-    memory_messages = memory_mb * 1_000_000 // (PAYLOAD + 10)
+    results: dict[str, Any] = {
+        "messages": messages,
+        "reps": reps,
+        "cpus": os.cpu_count(),
+        "load_before": os.getloadavg(),
+    }
     with tempfile.TemporaryDirectory(prefix="bench-group-") as tmp, ZooKeeperServer() as zk:
         log_dir = Path(tmp)
-        for codec in ("none", "gzip", "snappy"):
-            write_backlog(log_dir, f"backlog-{codec}", 4, messages, codec)
-        write_backlog(log_dir, "memory", 4, memory_messages, "none")
+        topics = {
+            c: write_backlog(log_dir, f"backlog-{c}", PARTITIONS, messages, c) for c in CODECS
+        }
+        large = max(memory_mb * 1_000_000 // (PAYLOAD + 10), PARTITIONS * 1000)
+        sizes = {
+            "large": write_backlog(log_dir, "memory-large", PARTITIONS, large, "none"),
+            "small": write_backlog(
+                log_dir, "memory-small", PARTITIONS, max(large // 100, PARTITIONS * 1000), "none"
+            ),
+        }
         (log_dir / "wide-0").mkdir()
         (log_dir / "wide-0" / f"{0:020d}.kafka").write_bytes(b"")
-        proc, _ = await start_broker(
+        proc, port = await start_broker(
             str(log_dir),
-            partitions=4,
+            partitions=PARTITIONS,
             zookeeper=zk.connect_string,
             settings={"topic.partition.count.map": "wide:64"},
         )
         try:
             await asyncio.sleep(0.5)  # topic registrations
-            for codec in ("none", "gzip", "snappy"):
-                expected = messages // 4 // 1000 * 4 * 1000
-                results[codec] = await consume_all(zk.connect_string, f"backlog-{codec}", expected)
-            memory = await consume_all(zk.connect_string, "memory", memory_messages // 4000 * 4000)
-            results["memory"] = {"backlog_mb": memory_mb, **memory}
-            results["convergence"] = await convergence(zk.connect_string)
+            results["cpu"] = await cpu_per_message(zk.connect_string, port, topics, reps)
+            memory = {
+                name: peak_rss(zk.connect_string, f"memory-{name}", count)
+                for name, count in sizes.items()
+            }
+            results["memory"] = {
+                "backlog_mb": memory_mb,
+                "large": memory["large"],
+                "small": memory["small"],
+                "growth_mb": memory["large"]["peak_rss_mb"] - memory["small"]["peak_rss_mb"],
+            }
+            results["rebalance"] = await rebalances(zk.connect_string, reps)
         finally:
             proc.terminate()
             await proc.wait()
+    results["load_after"] = os.getloadavg()
     return results
 
 
 def render(r: dict[str, Any]) -> str:
+    def ratio(f: dict[str, float]) -> str:
+        return f"{f['median']:.2f}x ({f['min']:.2f}..{f['max']:.2f})"
+
     lines = [
-        "Group consumer (one member, 4 partitions, broker in its own process), "
-        f"{r['messages']:,} x {PAYLOAD} B"
+        f"Group consumer: {r['messages']:,} x {PAYLOAD} B over {PARTITIONS} partitions, broker "
+        f"in its own process, {r['reps']} interleaved repetitions, {r['cpus']} CPUs, load "
+        f"{' '.join(f'{x:.2f}' for x in r['load_before'])} before, "
+        f"{' '.join(f'{x:.2f}' for x in r['load_after'])} after"
     ]
-    for codec in ("none", "gzip", "snappy"):
-        f = r[codec]
-        lines.append(
-            f"  {codec:<7} {f['messages_per_s']:>11,.0f} msgs/s {f['payload_mb_per_s']:7.1f} MB/s"
-        )
+    for codec, figures in r["cpu"].items():
+        lines.append(f"  {codec}: CPU us/message (median), ratio to the floor (min..max), rate")
+        for mode in MODES:
+            f = figures[mode]
+            target = {"async_for": " [target <= 1.5x]", "getmany": " [target <= 1.2x]"}
+            rel = "" if mode == "floor" else "  " + ratio(f["cpu_ratio_to_floor"])
+            lines.append(
+                f"    {mode:<10} {f['cpu_us_per_message']['median']:6.3f} us{rel:<22} "
+                f"{f['messages_per_s']['median']:>11,.0f} msgs/s"
+                f"{target.get(mode, '') if codec == 'none' else ''}"
+            )
     m = r["memory"]
     lines.append(
-        f"  {m['backlog_mb']} MB backlog: peak RSS growth {m['peak_rss_growth_mb']:.1f} MB "
-        f"at {m['messages_per_s']:,.0f} msgs/s"
+        f"  peak RSS reading {m['backlog_mb']} MB: {m['large']['peak_rss_mb']:.1f} MB; "
+        f"reading {m['small']['messages'] * (PAYLOAD + 10) / MB:g} MB: "
+        f"{m['small']['peak_rss_mb']:.1f} MB "
+        f"(growth {m['growth_mb']:+.1f} MB)"
     )
-    c = r["convergence"]
-    verdict = "ok" if max(c["join_s"], c["leave_s"]) < 1 else "ABOVE TARGET"
+    b = r["rebalance"]
     lines.append(
-        f"  8 members, 64 partitions: converged {c['join_s'] * 1000:.0f} ms after a join, "
-        f"{c['leave_s'] * 1000:.0f} ms after a leave  [target < 1 s: {verdict}]"
+        f"  8 members, 64 partitions: first join {b['first_s'] * 1000:.0f} ms; a 9th joins "
+        f"{b['join_s']['median'] * 1000:.0f} ms ({b['join_s']['min'] * 1000:.0f}.."
+        f"{b['join_s']['max'] * 1000:.0f}), leaves {b['leave_s']['median'] * 1000:.0f} ms "
+        f"({b['leave_s']['min'] * 1000:.0f}..{b['leave_s']['max'] * 1000:.0f}) [target < 1 s]"
     )
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--memory-mb", type=int, default=1000)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--memory-child", nargs=3, metavar=("CONNECT", "TOPIC", "COUNT"))
     args = parser.parse_args()
-    results = asyncio.run(run(args.messages, args.memory_mb))
+    if args.memory_child:
+        connect, topic, count = args.memory_child
+        memory_child(connect, topic, int(count))
+        return
+    results = asyncio.run(run(args.messages, args.memory_mb, max(1, args.reps)))
     print(json.dumps(results, indent=2) if args.json else render(results))
 
 

@@ -50,6 +50,7 @@ from aiohttp import web
 
 from aiokafka07 import ConsumerRecord, Producer, ProduceResult
 from aiokafka07.errors import (
+    ConsumerStoppedError,
     InvalidTopicError,
     KafkaConnectionError,
     KafkaError,
@@ -291,13 +292,15 @@ async def _pump(
     shutdown) or ``limit`` records are sent; a comment line every ``heartbeat`` seconds
     keeps proxies from closing an idle stream and finds browsers that left."""
     sent = 0
-    while not consumer.closed and (limit is None or sent < limit):
-        batches = await consumer.getmany(
-            timeout_ms=heartbeat * 1000, max_records=None if limit is None else limit - sent
-        )
+    while limit is None or sent < limit:
+        try:
+            batches = await consumer.getmany(
+                timeout_ms=heartbeat * 1000, max_records=None if limit is None else limit - sent
+            )
+        except ConsumerStoppedError:
+            return  # shutdown closed the consumer: the stream ends
         if not batches:
-            if not consumer.closed:
-                await response.write(b": keep-alive\n\n")
+            await response.write(b": keep-alive\n\n")
             continue
         chunk = [_record_event(r) for records in batches.values() for r in records]
         await response.write("".join(chunk).encode())

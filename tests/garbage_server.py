@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from aiokafka07.protocol import FrameSplitter
 
-__all__ = ["GarbageServer", "Reply", "frame"]
+__all__ = ["GarbageServer", "LoopbackServer", "Reply", "frame"]
 
 
 def frame(body: bytes) -> bytes:
@@ -33,13 +33,14 @@ class Reply(NamedTuple):
     delay: float = 0.0
 
 
-class GarbageServer:
-    """An async context manager serving ``scripts`` to connections on 127.0.0.1."""
+_Server = TypeVar("_Server", bound="LoopbackServer")
 
-    def __init__(self, *scripts: Sequence[Reply]) -> None:
-        self.scripts = [list(script) for script in scripts]
-        self.requests: list[bytes] = []  # every request frame body read, in order
-        self.connections = 0
+
+class LoopbackServer:
+    """An asyncio server on 127.0.0.1 (an async context manager); :meth:`serve` handles
+    each connection. Closing aborts every connection and waits for every handler."""
+
+    def __init__(self) -> None:
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -54,8 +55,8 @@ class GarbageServer:
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
-    async def __aenter__(self) -> GarbageServer:
-        self._server = await asyncio.start_server(self._serve, self.host, 0)
+    async def __aenter__(self: _Server) -> _Server:
+        self._server = await asyncio.start_server(self._accept, self.host, 0)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -73,37 +74,13 @@ class GarbageServer:
         if server is not None:
             await server.wait_closed()
 
-    def broadcast(self, data: bytes) -> None:
-        """Write ``data`` to every open connection, unasked."""
-        for writer in self._writers:
-            writer.write(data)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
         self._writers.add(writer)
-        script = self.scripts[min(self.connections, len(self.scripts) - 1)] if self.scripts else []
-        self.connections += 1
-        splitter = FrameSplitter(min_size=1)
-        replies = iter(script)
         try:
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    break
-                for body in splitter.feed(data):
-                    self.requests.append(body)
-                    reply = next(replies, None)
-                    if reply is None:
-                        continue  # out of script: read, never answer
-                    if reply.delay:
-                        await asyncio.sleep(reply.delay)
-                    if reply.data:
-                        writer.write(reply.data)
-                        await writer.drain()
-                    if reply.close:
-                        return
+            await self.serve(reader, writer)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -112,3 +89,43 @@ class GarbageServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class GarbageServer(LoopbackServer):
+    """An async context manager serving ``scripts`` to connections on 127.0.0.1."""
+
+    def __init__(self, *scripts: Sequence[Reply]) -> None:
+        super().__init__()
+        self.scripts = [list(script) for script in scripts]
+        self.requests: list[bytes] = []  # every request frame body read, in order
+        self.connections = 0
+
+    def broadcast(self, data: bytes) -> None:
+        """Write ``data`` to every open connection, unasked."""
+        for writer in self._writers:
+            writer.write(data)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        script = self.scripts[min(self.connections, len(self.scripts) - 1)] if self.scripts else []
+        self.connections += 1
+        splitter = FrameSplitter(min_size=1)
+        replies = iter(script)
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            for body in splitter.feed(data):
+                self.requests.append(body)
+                reply = next(replies, None)
+                if reply is None:
+                    continue  # out of script: read, never answer
+                if reply.delay:
+                    await asyncio.sleep(reply.delay)
+                if reply.data:
+                    writer.write(reply.data)
+                    await writer.drain()
+                if reply.close:
+                    return

@@ -1,9 +1,11 @@
-"""A group member in a process of its own, for tests that kill it with SIGKILL.
+"""A group member in a process of its own, for tests that kill it or stop it with signals.
 
 ``python tests/group_member.py <zookeeper> <group> <topic> [--session-timeout-ms N]``
-prints ``ready <consumer id>`` once it took part in its first rebalance, then
-``record <value>`` for every record it is handed (flushed at once, so whatever it was
-handed before it died has reached the pipe).
+prints ``ready <consumer id>`` once it took part in its first rebalance, then a line per
+event, flushed at once (so whatever it was handed before it died has reached the pipe):
+
+* ``record <b-p> <offset> <value>`` for every record it is handed;
+* ``assigned <b-p> ...`` / ``revoked <b-p> ...`` from its rebalance listener.
 """
 
 from __future__ import annotations
@@ -13,6 +15,20 @@ import asyncio
 import sys
 
 from aiokafka07.group.consumer import Consumer
+from aiokafka07.records import TopicPartition
+
+
+def say(*words: str) -> None:
+    sys.stdout.write(" ".join(words) + "\n")
+    sys.stdout.flush()
+
+
+class Listener:
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        say("revoked", *sorted(tp.name for tp in revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        say("assigned", *sorted(tp.name for tp in assigned))
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -31,13 +47,17 @@ async def main(argv: list[str] | None = None) -> None:
         fetch_backoff_ms=10,
         rebalance_backoff_ms=20,
         session_timeout_ms=args.session_timeout_ms,
+        listener=Listener(),
     )
     await consumer.start()
-    sys.stdout.write(f"ready {consumer.consumer_id}\n")
-    sys.stdout.flush()
+    say("ready", consumer.consumer_id)
     async for record in consumer:
-        sys.stdout.write(f"record {record.value.decode()}\n")
-        sys.stdout.flush()
+        say(
+            "record",
+            f"{record.broker_id}-{record.partition}",
+            str(record.offset),
+            record.value.decode(),
+        )
 
 
 if __name__ == "__main__":

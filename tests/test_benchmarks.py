@@ -70,13 +70,23 @@ def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
 
 
-def test_group_benchmark_reports_throughput_memory_and_convergence() -> None:
+def test_group_benchmark_reports_cpu_ratios_memory_and_rebalances() -> None:
     figures = run_json("bench_group.py", "--messages", "40000", "--memory-mb", "10")
-    for codec in ("none", "gzip", "snappy"):
-        assert figures[codec]["messages_per_s"] > 0
-    assert figures["memory"]["backlog_mb"] == 10
-    assert figures["convergence"]["join_s"] > 0
-    assert figures["convergence"]["leave_s"] > 0
+    assert figures["reps"] >= 5
+    assert len(figures["load_before"]) == len(figures["load_after"]) == 3
+    for codec in ("none", "snappy"):
+        cpu = figures["cpu"][codec]
+        assert cpu["floor"]["cpu_us_per_message"]["median"] > 0
+        for mode in ("async_for", "getmany"):
+            ratio = cpu[mode]["cpu_ratio_to_floor"]
+            assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+            assert cpu[mode]["messages_per_s"]["median"] > 0
+    memory = figures["memory"]
+    assert memory["backlog_mb"] == 10
+    assert memory["large"]["peak_rss_mb"] > 0
+    assert memory["small"]["peak_rss_mb"] > 0
+    for move in ("join_s", "leave_s"):
+        assert 0 < figures["rebalance"][move]["min"] <= figures["rebalance"][move]["max"]
 
 
 def test_spark_benchmark_reports_local_standalone_and_split_reads() -> None:

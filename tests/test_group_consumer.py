@@ -10,333 +10,59 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import itertools
 import re
 import signal
 import socket
-import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from aiokafka07 import LATEST, ConsumerRecord, Producer, SimpleConsumer
+from aiokafka07 import ConsumerRecord, Producer, SimpleConsumer
 from aiokafka07.errors import (
+    ConsumerStoppedError,
     InvalidMessageError,
     InvalidPartitionError,
     KafkaError,
     OffsetOutOfRangeError,
-    ZooKeeperError,
 )
 from aiokafka07.group import assign_group
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.records import TopicPartition
-from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
+from aiokafka07.testing import ZooKeeperServer, expire_session
 from aiokafka07.zookeeper import ZooKeeper
 
+from .groups import (
+    ONE_BY_TWO,
+    TOPIC,
+    TWO_BY_THREE,
+    Collector,
+    OffsetsWhenAssigned,
+    OwnershipSampler,
+    RecordingListener,
+    RemoteMember,
+    assert_committed_at_log_ends,
+    assert_records_match_sources,
+    committed_offsets,
+    converged_with,
+    crash,
+    delivered,
+    flip_payload_byte,
+    leave,
+    log_ends,
+    member,
+    owner_nodes,
+    partitions_of,
+    parts_names,
+    produce,
+    source_of,
+    value_for,
+    wait_converged,
+    wait_delivered,
+    wait_registered,
+)
 from .wire import eventually
-
-TOPIC = "events"
-
-#: Short timers so groups converge and commit within a fraction of a second.
-FAST: dict[str, Any] = {
-    "auto_offset_reset": "smallest",
-    "auto_commit_interval_ms": 100,
-    "fetch_backoff_ms": 10,
-    "rebalance_backoff_ms": 20,
-}
-
-Registrations = dict[str, dict[int, int]]
-
-
-def member(zookeeper: str, *topics: str, group: str = "g", **options: Any) -> Consumer:
-    if not topics and "whitelist" not in options and "blacklist" not in options:
-        topics = (TOPIC,)
-    return Consumer(*topics, group=group, zookeeper=zookeeper, **{**FAST, **options})
-
-
-def partitions_of(registrations: dict[int, int]) -> list[tuple[int, int]]:
-    return [(b, p) for b, count in sorted(registrations.items()) for p in range(count)]
-
-
-def value_for(tag: str, broker: int, partition: int, i: int) -> bytes:
-    return f"{tag}:{broker}-{partition}:{i:06d}".encode()
-
-
-def source_of(value: bytes) -> str:
-    """The "b-p" a test value was produced to."""
-    return value.decode().split(":")[1]
-
-
-def sequence_of(value: bytes) -> int:
-    """The produce order of a test value."""
-    return int(value.decode().split(":")[2].rstrip("."))
-
-
-_sequence = itertools.count()
-
-
-async def produce(
-    producer: Producer,
-    topic: str,
-    partitions: Iterable[tuple[int, int]],
-    count: int,
-    tag: str,
-    pad: int = 0,
-) -> list[bytes]:
-    """``count`` messages to each of ``partitions``; all delivered when this returns."""
-    targets = list(partitions)
-    values: list[bytes] = []
-    futures = []
-    for _ in range(count):
-        for broker, partition in targets:
-            value = value_for(tag, broker, partition, next(_sequence)) + b"." * pad
-            values.append(value)
-            futures.append(await producer.send(topic, value, partition=(broker, partition)))
-    await asyncio.gather(*futures)
-    return values
-
-
-async def topic_registrations(zk: ZooKeeper, topic: str) -> dict[int, int]:
-    result: dict[int, int] = {}
-    for child in await zk.get_children(f"/brokers/topics/{topic}"):
-        with contextlib.suppress(ZooKeeperError):
-            result[int(child)] = int(await zk.get_data(f"/brokers/topics/{topic}/{child}") or 0)
-    return result
-
-
-async def wait_registered(zk: ZooKeeper, topic: str, expected: dict[int, int]) -> None:
-    async def check() -> bool:
-        return await topic_registrations(zk, topic) == expected
-
-    await eventually(check, 10)
-
-
-async def children_data(zk: ZooKeeper, path: str) -> dict[str, str | None]:
-    result: dict[str, str | None] = {}
-    for child in await zk.get_children(path):
-        with contextlib.suppress(ZooKeeperError):
-            result[child] = await zk.get_data(f"{path}/{child}")
-    return result
-
-
-async def owner_nodes(
-    zk: ZooKeeper, group: str, topics: Iterable[str]
-) -> dict[tuple[str, str], str]:
-    owners: dict[tuple[str, str], str] = {}
-    for topic in topics:
-        for name, value in (await children_data(zk, f"/consumers/{group}/owners/{topic}")).items():
-            owners[(topic, name)] = value or ""
-    return owners
-
-
-async def log_ends(cluster: KafkaCluster, topic: str) -> dict[str, int]:
-    """The log end offset ("b-p" → next offset) of every partition on every running broker."""
-    ends: dict[str, int] = {}
-    for broker in cluster.running:
-        async with SimpleConsumer(broker.host, broker.port, broker_id=broker.broker_id) as c:
-            for partition in range(broker.config.partitions_for(topic)):
-                (end,) = await c.offsets_before(topic, partition, LATEST, 1)
-                ends[f"{broker.broker_id}-{partition}"] = end
-    return ends
-
-
-async def committed_offsets(zk: ZooKeeper, group: str, topic: str) -> dict[str, str | None]:
-    return await children_data(zk, f"/consumers/{group}/offsets/{topic}")
-
-
-def expected_owners(
-    members: Sequence[Consumer], registrations: Registrations
-) -> dict[tuple[str, str], str]:
-    """(topic, "b-p") → thread id, from :func:`assign_group` over ``members``."""
-    plan = assign_group({c.consumer_id: c.subscription for c in members}, registrations)
-    return {
-        (topic, name): thread
-        for topic, ranges in plan.items()
-        for thread, names in ranges.items()
-        for name in names
-    }
-
-
-async def group_state(
-    zk: ZooKeeper, group: str, members: Sequence[Consumer], registrations: Registrations
-) -> list[str]:
-    """What differs from a converged group (empty when converged)."""
-    problems: list[str] = []
-    ids = sorted(await zk.get_children(f"/consumers/{group}/ids"))
-    if ids != sorted(c.consumer_id for c in members):
-        problems.append(f"ids {ids}")
-    wanted = expected_owners(members, registrations)
-    for c in members:
-        mine = {
-            TopicPartition.parse(topic, name): thread
-            for (topic, name), thread in wanted.items()
-            if thread.rsplit("-", 1)[0] == c.consumer_id
-        }
-        if c.assignment() != set(mine):
-            problems.append(f"{c.consumer_id} owns {sorted(c.assignment())}, not {sorted(mine)}")
-        elif {tp: c._owned[tp].thread for tp in mine} != mine:
-            problems.append(f"{c.consumer_id}: wrong threads")
-    owners = await owner_nodes(zk, group, registrations)
-    if owners != wanted:
-        problems.append(f"owner nodes {owners} != {wanted}")
-    return problems
-
-
-async def wait_converged(
-    zk: ZooKeeper,
-    group: str,
-    members: Sequence[Consumer],
-    registrations: Registrations,
-    timeout: float = 15.0,
-) -> None:
-    """Until every partition has exactly the owner :func:`assign_group` gives it, in
-    ZooKeeper and in the members' ``assignment()``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        problems = await group_state(zk, group, members, registrations)
-        if not problems:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"group {group} did not converge: {problems}")
-        await asyncio.sleep(0.02)
-
-
-async def leave(members: Sequence[Consumer], collectors: Iterable[Collector]) -> None:
-    """Close every member, then stop every collector (the usual test teardown)."""
-    await asyncio.gather(*(m.close() for m in members))
-    for c in collectors:
-        await c.stop()
-
-
-async def assert_committed_at_log_ends(zk: ZooKeeper, cluster: KafkaCluster) -> None:
-    """Everything was consumed and committed: the group's offsets are the log ends."""
-    offsets = await committed_offsets(zk, "g", TOPIC)
-    assert {k: int(v or -1) for k, v in offsets.items()} == await log_ends(cluster, TOPIC)
-
-
-class Collector:
-    """Drains an async iterator of records in a task of its own."""
-
-    def __init__(self, source: AsyncIterator[ConsumerRecord]) -> None:
-        self.records: list[ConsumerRecord] = []
-        self.task = asyncio.create_task(self._run(source))
-
-    async def _run(self, source: AsyncIterator[ConsumerRecord]) -> None:
-        async for record in source:
-            self.records.append(record)
-
-    def values(self) -> list[bytes]:
-        return [r.value for r in self.records]
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
-def delivered(
-    collectors: Iterable[Collector], extra: Iterable[bytes] = ()
-) -> collections.Counter[bytes]:
-    counts: collections.Counter[bytes] = collections.Counter(extra)
-    for collector in collectors:
-        counts.update(collector.values())
-    return counts
-
-
-async def wait_delivered(
-    collectors: Sequence[Collector], expected: Iterable[bytes], timeout: float = 15.0
-) -> None:
-    wanted = set(expected)
-
-    def check() -> bool:
-        for collector in collectors:
-            if collector.task.done() and not collector.task.cancelled():
-                collector.task.result()  # a failed iterator fails the test at once
-        return wanted <= set(delivered(collectors))
-
-    try:
-        await eventually(check, timeout)
-    except AssertionError:
-        missing = wanted - set(delivered(collectors))
-        raise AssertionError(
-            f"{len(missing)} never delivered, e.g. {sorted(missing)[:5]}"
-        ) from None
-
-
-def assert_records_match_sources(records: Iterable[ConsumerRecord], topic: str = TOPIC) -> None:
-    """Every record says where it came from; per partition, values come in produce order."""
-    by_partition: dict[str, list[int]] = collections.defaultdict(list)
-    for r in records:
-        assert r.topic == topic
-        name = f"{r.broker_id}-{r.partition}"
-        assert source_of(r.value) == name, r
-        by_partition[name].append(sequence_of(r.value))
-    for name, sequence in by_partition.items():
-        assert sequence == sorted(sequence), f"{name} out of order"
-
-
-async def crash(consumer: Consumer) -> None:
-    """Die like a killed process: no commit, no release, no unregister; the ZooKeeper
-    session ends (so its ephemeral nodes vanish at once)."""
-    tasks = [*consumer._tasks, *consumer._fetchers.values()]
-    for task in tasks:
-        task.cancel()
-    await consumer._zk.close()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await consumer._pool.close()
-    consumer.closed = True
-    for stream in consumer.streams:
-        stream._ready.set()
-    consumer._data.set()
-
-
-class OwnershipSampler:
-    """Samples a group while it rebalances: no partition is ever in the assignment of two
-    live members, and the owner node of a partition a member held throughout a sample
-    holds no other thread id."""
-
-    def __init__(self, zk: ZooKeeper, group: str, topic: str, members: list[Consumer]) -> None:
-        self.zk = zk
-        self.group = group
-        self.topic = topic
-        self.members = members  # the live ones: remove a member before crashing it
-        self.violations: list[str] = []
-        self.samples = 0
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            live = [c for c in self.members if not c.closed]
-            before = {c.consumer_id: dict(c._owned) for c in live}
-            holders: dict[TopicPartition, str] = {}
-            for cid, held_now in before.items():
-                for tp in held_now:
-                    if tp in holders:
-                        self.violations.append(f"{tp} owned by {holders[tp]} and {cid}")
-                    holders[tp] = cid
-            owners = await owner_nodes(self.zk, self.group, [self.topic])
-            for c in live:
-                if c.closed or c not in self.members:
-                    continue  # left (or crashed) during the sample
-                for tp, owned in before[c.consumer_id].items():
-                    held = c._owned.get(tp) is owned
-                    node = owners.get((self.topic, tp.name))
-                    # (None: released a moment before the member forgets the partition.)
-                    if held and node is not None and node != owned.thread:
-                        self.violations.append(f"{tp} held by {owned.thread}, node says {node}")
-            self.samples += 1
-            await asyncio.sleep(0.005)
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
 
 # -- 1. identities, registrations, owners and offsets ----------------------------------------
 
@@ -410,8 +136,6 @@ async def test_registration_owner_and_offset_znodes(kafka_cluster: Any, zookeepe
 
 # -- 2. groups converge; exactly once while stable; joins, leaves and resumes -------------------
 
-TWO_BY_THREE: dict[int, int] = {0: 3, 1: 3}
-
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
 async def test_group_converges_and_delivers_exactly_once(
@@ -446,7 +170,7 @@ async def test_group_converges_and_delivers_exactly_once(
                 # position() is the offset of the last record handed out (a next offset).
                 for tp in m.assignment():
                     last = [r for r in c.records if (r.broker_id, r.partition) == tp[1:]][-1]
-                    assert m.position(tp) == last.offset
+                    assert await m.position(tp) == last.offset
         finally:
             await leave(members, collectors)
         # Leaving committed the next offsets = the log ends, and removed every ephemeral.
@@ -577,9 +301,13 @@ async def test_crashed_member_is_taken_over_without_loss(
 # -- 4. a member's ZooKeeper session expires ---------------------------------------------------
 
 
-async def test_session_expiry_reregisters_and_keeps_committed_progress(
+async def test_session_expiry_restarts_every_partition_from_its_committed_offset(
     kafka_cluster: Any, zookeeper: str, zookeeper_server: ZooKeeperServer
 ) -> None:
+    """After an expiry the member's in-memory positions are not trusted (another member
+    may have owned the partitions meanwhile): kept partitions included, each restarts
+    from ZooKeeper's committed offset, so what comes again is exactly the member's own
+    uncommitted work, and nothing is committed from the stale positions."""
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
     async with (
@@ -589,13 +317,27 @@ async def test_session_expiry_reregisters_and_keeps_committed_progress(
     ):
         first = await produce(producer, TOPIC, parts, 10, "a")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
-        # Alone, without auto-commit: only the rebalance after the expiry commits.
-        # (A short session: the client notices the expiry at its next ping.)
-        async with member(zookeeper, auto_commit=False, session_timeout_ms=1500) as consumer:
+        listener = OffsetsWhenAssigned(zk)
+        # Alone, without auto-commit. (A short session: the expiry shows at the next ping.)
+        consumer = member(zookeeper, auto_commit=False, session_timeout_ms=1500, listener=listener)
+        listener.consumer = consumer
+        async with consumer:
             collector = Collector(consumer)
             await wait_delivered([collector], first)
-            offsets = await committed_offsets(zk, "g", TOPIC)
-            assert set(offsets.values()) == {"0"}  # the start position, committed at claim
+            # Commit the middle of half the partitions; the rest stays at the start (0).
+            middle = {}
+            for tp in sorted(consumer.assignment())[::2]:
+                mine = [r for r in collector.records if (r.broker_id, r.partition) == tp[1:]]
+                middle[tp] = mine[4].offset
+            await consumer.commit(middle)
+            committed = {tp: middle.get(tp, 0) for tp in consumer.assignment()}
+            assert {TopicPartition.parse(TOPIC, k): int(v or -1) for k, v in (
+                await committed_offsets(zk, "g", TOPIC)).items()} == committed  # fmt: skip
+            uncommitted = [
+                r.value
+                for r in collector.records
+                if r.offset > committed[TopicPartition(TOPIC, r.broker_id or 0, r.partition)]
+            ]
             old_session = consumer._zk.session_id
             assert old_session is not None
             await expire_session(
@@ -603,19 +345,27 @@ async def test_session_expiry_reregisters_and_keeps_committed_progress(
             )
             await eventually(lambda: consumer._zk.session_id not in (None, old_session))
             await wait_converged(zk, "g", [consumer], registrations)
-            # The progress made before the expiry was committed by the new session.
-            ends = await log_ends(cluster, TOPIC)
-
-            async def progress_committed() -> bool:
-                offsets = await committed_offsets(zk, "g", TOPIC)
-                return {k: int(v or -1) for k, v in offsets.items()} == ends
-
-            await eventually(progress_committed, 10)
+            # Exactly the uncommitted records come again, once each.
+            again = uncommitted
+            await eventually(
+                lambda: (
+                    collector.values().count(again[-1]) == 2
+                    and len(collector.records) >= len(first) + len(again)
+                )
+            )
+            await asyncio.sleep(0.2)  # room for more to show up
+            counts = delivered([collector])
+            assert {v for v, n in counts.items() if n == 2} == set(again)
+            assert set(counts.values()) == {1, 2}
+            # Nothing was committed from the stale positions: when the partitions were
+            # assigned again, ZooKeeper still held what was committed before the expiry.
+            assert listener.offsets[-1] == {tp.name: str(o) for tp, o in committed.items()}
+            assert consumer.metrics.session_expiries == 1
+            everything = {TopicPartition(TOPIC, b, p) for b, p in parts}
+            assert ("revoked", everything) in listener.events
+            assert listener.events[-1] == ("assigned", everything)
             second = await produce(producer, TOPIC, parts, 10, "b")
             await wait_delivered([collector], second)
-            await asyncio.sleep(0.1)
-            assert sorted(collector.values()) == sorted(first + second)  # no redelivery
-            assert_records_match_sources(collector.records)
             await collector.stop()
             await consumer.close(commit=True)  # (without auto-commit close() does not)
         await assert_committed_at_log_ends(zk, cluster)
@@ -701,8 +451,6 @@ async def test_stopped_broker_partitions_leave_and_return(
 
 # -- 6. auto_offset_reset ----------------------------------------------------------------------
 
-ONE_BY_TWO: dict[int, int] = {0: 2}
-
 
 @pytest.mark.parametrize("reset", ["smallest", "largest"])
 async def test_auto_offset_reset_without_committed_offsets(
@@ -719,7 +467,7 @@ async def test_auto_offset_reset_without_committed_offsets(
         ends = await log_ends(cluster, TOPIC)
         async with member(zookeeper, auto_offset_reset=reset, auto_commit=False) as consumer:
             start = {name: 0 if reset == "smallest" else end for name, end in ends.items()}
-            assert {tp.name: consumer.position(tp) for tp in consumer.assignment()} == start
+            assert {tp.name: await consumer.position(tp) for tp in consumer.assignment()} == start
             collector = Collector(consumer)
             new = await produce(producer, TOPIC, parts, 3, "new")
             await wait_delivered([collector], new)
@@ -748,7 +496,7 @@ async def test_auto_offset_reset_error_raises_out_of_range_from_iteration(
                     pass
             assert info.value.offset == 1_000_000
             # Nothing was reset: the bad offset stays where it was.
-            assert c.position(TopicPartition(TOPIC, 0, 0)) == 1_000_000
+            assert await c.position(TopicPartition(TOPIC, 0, 0)) == 1_000_000
             assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == "1000000"
 
 
@@ -791,23 +539,12 @@ async def test_default_auto_offset_reset_is_smallest(kafka_cluster: Any, zookeep
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         async with Consumer(TOPIC, group="fresh", zookeeper=zookeeper) as consumer:
             assert consumer.auto_offset_reset == "smallest"
-            assert {consumer.position(tp) for tp in consumer.assignment()} == {0}
+            assert {await consumer.position(tp) for tp in consumer.assignment()} == {0}
             got = [(await asyncio.wait_for(consumer.getone(), 10)).value for _ in old]
         assert sorted(got) == sorted(old)
 
 
 # -- 6b. corrupt data and broker errors reach the application ---------------------------------
-
-
-def flip_payload_byte(cluster: KafkaCluster, topic: str, partition: int, offset: int) -> None:
-    """Corrupt the entry at ``offset`` on disk (its CRC no longer matches)."""
-    directory = cluster.broker(0).config.log_dir / f"{topic}-{partition}"
-    (segment,) = directory.glob("*.kafka")
-    with segment.open("r+b") as f:
-        f.seek(offset + 4 + 6)  # size, magic, attributes, CRC: the payload's first byte
-        byte = f.read(1)
-        f.seek(offset + 4 + 6)
-        f.write(bytes([byte[0] ^ 0xFF]))
 
 
 async def test_corrupt_message_comes_after_the_good_ones_once(
@@ -835,10 +572,10 @@ async def test_corrupt_message_comes_after_the_good_ones_once(
             assert [r.value for r in first[tp]] == values[:2]
             with pytest.raises(InvalidMessageError, match=rf"{TOPIC}/0-0.* {2 * entry}"):
                 await consumer.getmany(timeout_ms=5000)
-            assert consumer.position(tp) == 2 * entry
+            assert await consumer.position(tp) == 2 * entry
             # No more fetching of that partition: no redelivery, no pile of errors.
             await asyncio.sleep(0.3)  # 30 fetch backoffs
-            assert len(consumer.streams[0]._chunks) == 0
+            assert consumer.streams[0].pending == 0
             assert await consumer.getmany(timeout_ms=200) == {}
             # A seek fetches again: the same two messages once, then the error, which
             # iteration raises too.
@@ -852,7 +589,7 @@ async def test_corrupt_message_comes_after_the_good_ones_once(
             with pytest.raises(InvalidMessageError):
                 await iterate()
             assert got == values[:2]
-            consumer.consumer_timeout = 0.2
+            consumer.consumer_timeout_ms = 200
             assert [r async for r in consumer] == []
             # Skipping the corrupt entry gets the rest.
             consumer.seek(tp, 3 * entry)
@@ -951,7 +688,7 @@ async def test_compressed_data_carries_0_7_2_offsets(
         async with member(zookeeper, auto_commit=False) as consumer:
             for i in range(first + 2):  # up to the second message of that wrapper
                 assert (await asyncio.wait_for(consumer.getone(), 10)).value == values[i]
-            assert consumer.position(TopicPartition(TOPIC, 0, 0)) == starts[number] > 0
+            assert await consumer.position(TopicPartition(TOPIC, 0, 0)) == starts[number] > 0
             await consumer.close(commit=True)
         assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(starts[number])
         async with member(zookeeper, auto_commit=False) as consumer:
@@ -1068,7 +805,7 @@ async def test_getmany_getone_position_seek_and_manual_commit(
             assert loop.time() - started >= 0.14
             for tp in (tp0, tp1):
                 last = [r for r in got if r.partition == tp.partition][-1]
-                assert consumer.position(tp) == last.offset == ends[tp.name]
+                assert await consumer.position(tp) == last.offset == ends[tp.name]
 
             # Commit one chosen partition only.
             await consumer.commit([tp0])
@@ -1079,15 +816,15 @@ async def test_getmany_getone_position_seek_and_manual_commit(
             # seek: to the next offset of the second message, then to the start.
             second = [r for r in got if r.partition == 0][1]
             consumer.seek(tp0, second.offset)
-            assert consumer.position(tp0) == second.offset
+            assert await consumer.position(tp0) == second.offset
             assert (await consumer.getone()).value == per_partition[0][2]
             consumer.seek(tp0, 0)
-            assert consumer.position(tp0) == 0
+            assert await consumer.position(tp0) == 0
             started = loop.time()
             rest = [r async for r in consumer]  # ends after consumer_timeout_ms of silence
             assert loop.time() - started >= 0.29
             assert [r.value for r in rest] == per_partition[0]
-            assert consumer.position(tp0) == ends["0-0"]
+            assert await consumer.position(tp0) == ends["0-0"]
             with pytest.raises(KafkaError):
                 consumer.seek(TopicPartition(TOPIC, 7, 0), 0)
             await consumer.close(commit=True)
@@ -1116,7 +853,7 @@ async def test_commit_racing_consumption_does_not_lose_progress(
             rest = await consumer.getmany(timeout_ms=5000)  # meanwhile, consume the rest
             await commit
             assert [first.value] + [r.value for r in rest[tp]] == produced
-            assert consumer.position(tp) == end
+            assert await consumer.position(tp) == end
             await consumer.commit()
             assert await consumer.committed(tp) == end
         assert await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") == str(end)
@@ -1127,7 +864,6 @@ async def test_records_handed_out_while_closing_are_committed(
 ) -> None:
     """Whatever a stream hands out until its iterator ends is covered by close()'s commit
     (0.7.2 clears the queues before committing), so the next owner does not get it again."""
-    tp = TopicPartition(TOPIC, 0, 0)
     async with (
         kafka_cluster(1, num_partitions=1),
         Producer(zookeeper=zookeeper) as producer,
@@ -1140,39 +876,24 @@ async def test_records_handed_out_while_closing_are_committed(
         handed_out = [await consumer.getone()]
         await eventually(lambda: consumer.streams[0].buffered_bytes > 4000)  # most of it
         closing = asyncio.create_task(consumer.close(commit=True))
+        stopped = False
         while not closing.done():  # an application task still iterating meanwhile
-            record = consumer.streams[0].next_nowait()
-            if record is not None:
-                handed_out.append(record)
+            try:
+                if not stopped and (record := consumer.streams[0].next_nowait()):
+                    handed_out.append(record)
+            except ConsumerStoppedError:
+                stopped = True  # closing hands out nothing more
             await asyncio.sleep(0)
         await closing
+        assert stopped
         assert [r.value for r in handed_out] == produced[: len(handed_out)]
         committed = int(await zk.get_data(f"/consumers/g/offsets/{TOPIC}/0-0") or -1)
-        assert committed == handed_out[-1].offset == consumer.position(tp)
+        assert committed == handed_out[-1].offset
         # The next member starts right after the last record handed out.
         if len(handed_out) < len(produced):
             async with member(zookeeper) as successor:
                 following = await asyncio.wait_for(successor.getone(), 10)
                 assert following.value == produced[len(handed_out)]
-
-
-class RecordingListener:
-    """Records the sets it is told about; each callback awaits before recording."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, set[TopicPartition]]] = []
-        self.consumer: Consumer | None = None
-        self.owned_during_revoke: list[set[TopicPartition]] = []
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        assert self.consumer is not None
-        self.owned_during_revoke.append(self.consumer.assignment())
-        await asyncio.sleep(0.05)
-        self.events.append(("revoked", revoked))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await asyncio.sleep(0.05)
-        self.events.append(("assigned", assigned))
 
 
 async def test_rebalance_listener_is_awaited_with_revoked_and_assigned_sets(
@@ -1226,7 +947,7 @@ async def test_prefetch_is_bounded_while_nothing_is_consumed(
         ) as consumer:
             # One partition per stream here; the bound is per stream (README).
             assert [
-                len({o.tp for o in consumer._owned.values() if o.stream is s})
+                len([p for p in consumer.metrics.partitions.values() if p.stream == s.index])
                 for s in consumer.streams
             ] == [1, 1]
 
@@ -1325,8 +1046,6 @@ async def test_close_commits_only_with_auto_commit_unless_told(
 
 # -- a member in another process, killed ----------------------------------------------------------
 
-MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
-
 
 async def test_killed_member_process_is_taken_over(
     kafka_cluster: Any, zookeeper: str, tmp_path: Path
@@ -1343,64 +1062,21 @@ async def test_killed_member_process_is_taken_over(
         local = member(zookeeper)
         await local.start()
         collector = Collector(local)
-        stderr = (tmp_path / "member.err").open("wb")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(MEMBER_SCRIPT),
-            zookeeper,
-            "g",
-            TOPIC,
-            "--session-timeout-ms",
-            "1000",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
-        )
-        remote: list[bytes] = []
-        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-
-        async def read() -> None:
-            assert proc.stdout is not None
-            async for line in proc.stdout:
-                kind, _, rest = line.rstrip(b"\n").partition(b" ")
-                if kind == b"ready":
-                    ready.set_result(rest.decode())
-                elif kind == b"record":
-                    remote.append(rest)
-
-        reader = asyncio.create_task(read())
+        remote = RemoteMember(tmp_path)
 
         def counts() -> collections.Counter[bytes]:
-            return delivered([collector], remote)
+            return delivered([collector], remote.values())
 
         try:
-            try:
-                remote_id = await asyncio.wait_for(asyncio.shield(ready), 20)
-            except asyncio.TimeoutError:
-                raise AssertionError((tmp_path / "member.err").read_text()) from None
-
-            async def converged_with_remote() -> bool:
-                ids = sorted(await zk.get_children("/consumers/g/ids"))
-                if ids != sorted([local.consumer_id, remote_id]):
-                    return False
-                remote_subscription = local.subscription  # same topic map, one stream
-                plan = assign_group(
-                    {local.consumer_id: local.subscription, remote_id: remote_subscription},
-                    registrations,
-                )[TOPIC]
-                wanted = {(TOPIC, name): thread for thread, names in plan.items() for name in names}
-                mine = {tp.name for tp in local.assignment()}
-                return await owner_nodes(zk, "g", [TOPIC]) == wanted and mine == set(
-                    plan[f"{local.consumer_id}-0"]
-                )
-
-            await eventually(converged_with_remote, 15)
+            remote_id = await remote.start(zookeeper, TOPIC, session_timeout_ms=1000)
+            await eventually(lambda: converged_with(zk, local, remote_id, registrations), 15)
             remote_partitions = set(parts_names(parts)) - {tp.name for tp in local.assignment()}
             assert len(remote_partitions) == 3
             await eventually(lambda: set(produced) <= set(counts()), 15)
             produced += await produce(producer, TOPIC, parts, 30, "b")
-            await eventually(lambda: any(v.startswith(b"b:") for v in remote), 15)
-            proc.kill()  # SIGKILL: no commit, no release; the session expires after 1 s
-            assert await proc.wait() == -signal.SIGKILL
+            await eventually(lambda: any(v.startswith(b"b:") for v in remote.values()), 15)
+            # SIGKILL: no commit, no release; the session expires after 1 s
+            assert await remote.kill() == -signal.SIGKILL
             await wait_converged(zk, "g", [local], registrations)
             produced += await produce(producer, TOPIC, parts, 5, "c")
             await eventually(lambda: set(produced) <= set(counts()), 15)
@@ -1411,19 +1087,9 @@ async def test_killed_member_process_is_taken_over(
             assert {source_of(v) for v in duplicated} <= remote_partitions
             assert all(total[v] == 2 for v in duplicated)
         finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-            stderr.close()
+            await remote.stop()
             await local.close()
             await collector.stop()
-
-
-def parts_names(parts: Iterable[tuple[int, int]]) -> list[str]:
-    return [f"{b}-{p}" for b, p in parts]
 
 
 async def test_eight_members_converge_and_deliver_exactly_once(

@@ -94,6 +94,7 @@ async def test_restart_runs_again_after_backoff_then_gives_up(
         runs += 1
         raise RuntimeError(f"run {runs}")
 
+    gave_up: list[tuple[BaseException, int]] = []
     supervisor = Supervisor("owner")
     with caplog.at_level(logging.ERROR, logger="aiokafka07.supervisor"):
         task = supervisor.spawn(
@@ -103,10 +104,12 @@ async def test_restart_runs_again_after_backoff_then_gives_up(
             on_crash=errors.append,
             backoff=Backoff(0.001, 0.002, jitter=0),
             max_restarts=3,
+            on_give_up=lambda exc: gave_up.append((exc, len(errors))),
         )
         await asyncio.wait_for(task, 5)
     assert runs == 4  # the first run and three restarts
     assert [str(e) for e in errors] == ["run 1", "run 2", "run 3", "run 4"]
+    assert [(str(e), n) for e, n in gave_up] == [("run 4", 4)]  # once, after on_crash
     assert any("giving up" in r.getMessage() for r in caplog.records)
     await supervisor.aclose()
 

@@ -5,7 +5,10 @@ written as 0.7.2 writes them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -225,3 +228,88 @@ async def test_unreachable_zookeeper_is_a_complete_error() -> None:
                 f"cannot open a ZooKeeper session at 127.0.0.1:{port} within 300 ms: "
                 "no server answered"
             )
+
+
+async def test_writes_fenced_to_a_session_never_land_from_another(
+    zookeeper: str, zookeeper_server: ZooKeeperServer
+) -> None:
+    """A member's commits and releases carry the session that claimed the partition:
+    refused from any other session, and a release never deletes another member's claim."""
+    lost: list[int] = []
+    renewed: list[int] = []
+    async with ZooKeeper(zookeeper) as a, ZooKeeper(zookeeper) as b:
+        ra, rb = GroupRegistry(a, "g"), GroupRegistry(b, "g")
+        old = a.session_id
+        assert old is not None
+        a.add_session_lost_listener(lambda: lost.append(old))
+
+        async def on_new_session() -> None:
+            renewed.append(a.session_id or 0)
+
+        a.add_session_listener(on_new_session)
+        assert await ra.claim("t", "0-0", "g_a-0", session=old)
+        await ra.commit("t", "0-0", 10, session=old)
+        await ra.release("t", "0-0", session=(b.session_id or 0))  # not that session's node
+        assert await rb.owner("t", "0-0") == "g_a-0"
+        await expire_session(zookeeper_server.connect_string, old, a.client.session.password)
+        await eventually(lambda: renewed, timeout=10)
+        assert lost == [old]  # told at once, before the new session
+        assert renewed == [a.session_id] != [old]
+        assert await rb.claim("t", "0-0", "g_b-0")  # the claim went with the session
+        with pytest.raises(ZooKeeperError, match="not the current connected session"):
+            await ra.commit("t", "0-0", 5, session=old)
+        assert await rb.committed("t", "0-0") == 10
+        await ra.release("t", "0-0", session=old)
+        await ra.release("t", "0-0", session=a.session_id or 0)  # b's node: not ours
+        assert await rb.owner("t", "0-0") == "g_b-0"
+        await rb.release("t", "0-0", session=b.session_id or 0)
+        assert await rb.owner("t", "0-0") is None
+
+
+async def test_a_fenced_write_interrupted_by_a_broken_connection_is_never_sent_again() -> None:
+    """aiozk sends a request again after reconnecting; a fenced write is abandoned instead
+    (an unfenced one, for contrast, lands after the reconnection)."""
+    server = ZooKeeperServer()
+    await asyncio.to_thread(server.start)
+    try:
+        connect = f"{server.connect_string}/fence"
+        async with ZooKeeper(connect, session_timeout_ms=20_000) as zk:
+            await zk.write_persistent("/offsets/fenced", "1")
+            await zk.write_persistent("/offsets/plain", "1")
+            session = zk.session_id
+            pid = server.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)  # the server hears, never answers
+            try:
+                await eventually(lambda: stopped(pid), timeout=10)
+                fenced = asyncio.create_task(
+                    zk.write_persistent("/offsets/fenced", "stale", session=session)
+                )
+                plain = asyncio.create_task(zk.write_persistent("/offsets/plain", "late"))
+                await asyncio.sleep(0.2)
+                assert not fenced.done()
+                assert not plain.done()
+                await asyncio.to_thread(server.kill)  # the connection breaks
+            finally:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
+            await asyncio.to_thread(server.start)  # same data: the session survives
+            # (aiozk sees a reset connection at once, an orderly close only when its next
+            # ping times out: up to about the session timeout.)
+            with pytest.raises(ZooKeeperError, match="the write was abandoned"):
+                await asyncio.wait_for(fenced, 40)
+            await asyncio.wait_for(plain, 60)  # re-sent by aiozk once reconnected
+            assert zk.session_id == session
+            assert await zk.get_data("/offsets/plain") == "late"
+            assert await zk.get_data("/offsets/fenced") == "1"
+    finally:
+        await asyncio.to_thread(server.close)
+
+
+def stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (state T in /proc)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(OSError):
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state in ("T", "t") for state in states)

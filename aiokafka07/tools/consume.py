@@ -37,7 +37,7 @@ from typing import Any
 
 from .. import znodes
 from ..connection import BrokerAddress
-from ..errors import KafkaError
+from ..errors import IllegalStateError, KafkaError
 from ..group import Consumer
 from ..group.subscription import TopicFilter
 from ..pool import ConnectionPool
@@ -298,7 +298,9 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
 
         async def next_batch(timeout: float | None, limit: int | None) -> list[ConsumerRecord]:
             positions.clear()
-            positions.update((tp, consumer.position(tp)) for tp in consumer.assignment())
+            for tp in consumer.assignment():
+                with contextlib.suppress(IllegalStateError):  # fenced: no rewind for it
+                    positions[tp] = await consumer.position(tp)
             while True:
                 wait = 3600.0 if timeout is None else timeout
                 batches = await consumer.getmany(timeout_ms=wait * 1000, max_records=limit)
@@ -314,7 +316,8 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
             for tp in {_partition_of(record) for record in records[handled:]}:
                 offset = starts.get(tp)
                 if offset is not None and tp in consumer.assignment():
-                    consumer.seek(tp, offset)
+                    with contextlib.suppress(IllegalStateError):  # fenced meanwhile
+                        consumer.seek(tp, offset)
 
         await consumer.start()
         try:

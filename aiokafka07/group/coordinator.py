@@ -1,0 +1,547 @@
+"""Group membership for one member: registration, rebalances, owner claims, the rebalance
+listener and offset commits, all through :class:`~aiokafka07.znodes.GroupRegistry`.
+
+Every member computes the 0.7.2 range assignment from the same ZooKeeper view
+(:mod:`.assignment`), releases what it no longer owns, and claims what it now owns; a
+claim another member still holds makes the attempt fail, and it is retried after
+``rebalance_backoff_ms`` (a bounded number of times). What the member owns is its
+:class:`~aiokafka07.group.state.Assignment`: a partition kept across a rebalance keeps its
+position and its buffered records; a new one starts at the committed offset (or
+``auto_offset_reset``).
+
+**Session expiry.** Owner nodes are ephemeral: when this member's ZooKeeper session
+expires, another member may take its partitions, consume and commit. So the moment the
+expiry is seen, every owned partition is *fenced* (nothing more is fetched, handed out or
+committed for it; buffered records are dropped), and the next rebalance, or any rebalance
+that finds this member's registration gone, starts every partition it owns, kept ones
+included, from ZooKeeper's committed offset. Commits and releases are written only from the
+session that claimed the partition (``session=`` fencing in :mod:`aiokafka07.zookeeper`),
+so a write delayed across an expiry can never overwrite the next owner's progress or
+delete its claim. Duplicates after an expiry are therefore only this member's own
+uncommitted work.
+
+A listener that raises or hangs is logged (with its traceback) and the rebalance goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..backoff import Backoff
+from ..errors import CommitFailedError, KafkaConnectionError, KafkaError, ZooKeeperError
+from ..fetch_size import FetchSizer
+from ..records import TopicPartition
+from ..znodes import (
+    BROKER_TOPICS,
+    GroupRegistry,
+    ids_path,
+    read_brokers,
+    read_topic_registrations,
+    read_topics,
+    thread_ids,
+    topic_path,
+)
+from ..zookeeper import ZooKeeper
+from .assignment import assign, group_threads, partition_names
+from .fetcher import Fetchers, Offsets
+from .state import Assignment, PartitionState
+from .streams import Delivery, Stream
+from .subscription import Subscription
+
+__all__ = ["Coordinator", "GroupSettings", "RebalanceListener"]
+
+log = logging.getLogger("aiokafka07.group")
+
+#: The part of the session timeout after a confirmed request during which the member
+#: still counts its partitions as its own.
+LEASE_FRACTION = 2 / 3
+
+
+class RebalanceListener(Protocol):
+    """Told about partitions around a rebalance (both coroutines are awaited).
+
+    ``on_partitions_revoked`` is called while the member still owns the partitions
+    (before their offsets are committed and they are released); ``on_partitions_assigned``
+    once the new ones are claimed and positioned, before they are fetched. After a
+    ZooKeeper session expiry every owned partition is revoked, then assigned again from
+    its committed offset. An exception or a call longer than the listener timeout is
+    logged and the rebalance goes on.
+    """
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """The coordinator's configuration (times in seconds)."""
+
+    consumer_id: str
+    subscription: Subscription
+    fetch_size: int
+    max_fetch_size: int
+    rebalance_backoff: float
+    rebalance_attempts: int
+    listener_timeout: float
+    auto_commit_interval: float
+
+
+class Coordinator:
+    """One member's part in its group (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: GroupSettings,
+        zookeeper: ZooKeeper,
+        registry: GroupRegistry,
+        assignment: Assignment,
+        streams: Sequence[Stream],
+        delivery: Delivery,
+        offsets: Offsets,
+        fetchers: Fetchers,
+        listener: RebalanceListener | None,
+    ) -> None:
+        self.settings = settings
+        self.consumer_id = settings.consumer_id
+        self.zookeeper = zookeeper
+        self.registry = registry
+        self.assignment = assignment
+        self.streams = streams
+        self.delivery = delivery
+        self.offsets = offsets
+        self.fetchers = fetchers
+        self.listener = listener
+        self.rebalances = 0
+        self.listener_errors = 0
+        self.commit_failures = 0
+        self.session_expiries = 0
+        self._needed = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._broken = False  # the session expired, or the registration was found gone
+        # Owner nodes we may still hold and must delete: partition → the session that
+        # claimed it (revoked, or claimed by a failed attempt).
+        self._pending_release: dict[TopicPartition, int] = {}
+        self._watched: set[str] = set()
+        self._members = 0
+
+    @property
+    def group(self) -> str:
+        return self.registry.group
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """Register and take part in a first rebalance (raises if it fails)."""
+        zk = self.zookeeper
+        zk.add_session_lost_listener(self.session_lost)
+        zk.add_session_listener(self.session_renewed)
+        registration = self.settings.subscription.as_registration()
+        await self.registry.register(self.consumer_id, registration, session=zk.session_id)
+        zk.add_child_watch_callback(ids_path(self.group), self.trigger)
+        await self.rebalance()
+
+    async def run(self) -> None:
+        """Rebalance whenever a watch fires or the session changes (supervised)."""
+        while True:
+            await self._needed.wait()
+            self._needed.clear()
+            await self.rebalance()
+
+    async def keep_lease(self) -> None:
+        """Prove the ZooKeeper session alive every third of its timeout (supervised).
+
+        A request sent at ``t`` and answered shows the server heard from the session at or
+        after ``t``, so it cannot expire before ``t`` + the session timeout: the member's
+        partitions are its own until then (two thirds of it, for safety). While the lease
+        has run out (ZooKeeper unreachable, or this process was stopped), no new fetch is
+        handed out or taken in: another member may be taking the partitions over.
+        """
+        zk = self.zookeeper
+        while True:
+            session = zk.session_id
+            sent = time.monotonic()
+            timeout = zk.session_timeout
+            try:
+                await zk.exists("/")
+            except ZooKeeperError as exc:
+                log.debug("%s: ZooKeeper did not answer: %s", self.consumer_id, exc)
+            else:
+                if session is not None and zk.session_id == session and not self._broken:
+                    self.delivery.renew(sent + timeout * LEASE_FRACTION)
+            await asyncio.sleep(timeout / 3)
+
+    async def auto_commit(self) -> None:
+        """Commit every ``auto_commit_interval`` seconds (supervised); a failed commit
+        is logged and retried at the next interval."""
+        while True:
+            await asyncio.sleep(self.settings.auto_commit_interval)
+            try:
+                await self.commit()
+            except KafkaError as exc:
+                log.warning("%s: auto-commit failed: %s", self.consumer_id, exc)
+
+    async def leave(self, commit: bool) -> None:
+        """Commit (if asked), release every owner node, unregister. A failed commit is
+        raised after the rest was done; other failures are logged (the session is closed
+        next, which removes our ephemeral nodes anyway)."""
+        failure: KafkaError | None = None
+        if commit:
+            try:
+                await self.commit()
+            except KafkaError as exc:
+                failure = exc
+                log.error("%s: the final commit failed: %s", self.consumer_id, exc)
+        for tp, state in self.assignment.partitions.items():
+            self._pending_release[tp] = state.session
+        self.assignment.partitions.clear()
+        try:
+            await self._release_pending()
+            await self.registry.unregister(self.consumer_id)
+        except KafkaError as exc:
+            log.warning("%s: leaving the group cleanly failed: %s", self.consumer_id, exc)
+        if failure is not None:
+            raise failure
+
+    def trigger(self, _path: str = "") -> None:
+        self._needed.set()
+
+    def session_lost(self) -> None:
+        """The session expired: stop acting as the owner of anything at once."""
+        self.session_expiries += 1
+        self._broken = True
+        self.delivery.revoke_lease()
+        states = list(self.assignment.partitions.values())
+        for state in states:
+            state.fenced = True
+        for stream in self.streams:
+            stream.discard({s for s in states if s.stream is stream})
+        if states:
+            log.warning(
+                "%s: ZooKeeper session expired: %d partitions fenced (nothing fetched, "
+                "handed out or committed) until the next rebalance",
+                self.consumer_id,
+                len(states),
+            )
+        # The rebalance runs when the new session is there (session_renewed).
+
+    async def session_renewed(self) -> None:
+        self._broken = True
+        self.trigger()
+
+    # -- commits ------------------------------------------------------------------------
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Write ``offsets`` (each of an owned partition), or every owned partition's
+        position, to ZooKeeper; only what changed. :class:`CommitFailedError` if any could
+        not be written (the others were)."""
+        targets: list[tuple[PartitionState, int]] = []
+        if offsets is None:
+            targets = [(s, s.position) for s in self.assignment.partitions.values()]
+            targets = [(s, o) for s, o in targets if not s.fenced]
+        else:
+            for tp, offset in offsets.items():
+                state = self.assignment.require(tp)
+                if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                    raise ValueError(f"{tp.topic}/{tp.name}: cannot commit offset {offset!r}")
+                if state.fenced:
+                    raise CommitFailedError(
+                        f"{tp.topic}/{tp.name}: the ZooKeeper session that owned it expired; "
+                        "not committed"
+                    )
+                targets.append((state, offset))
+        await self._write(targets)
+
+    async def _write(self, targets: Iterable[tuple[PartitionState, int]]) -> None:
+        todo = [(s, o) for s, o in targets if s.committed != o]
+        if not todo:
+            return
+        results = await asyncio.gather(
+            *(self.registry.commit(s.tp.topic, s.tp.name, o, session=s.session) for s, o in todo),
+            return_exceptions=True,
+        )
+        failed: list[tuple[TopicPartition, BaseException]] = []
+        for (state, offset), result in zip(todo, results, strict=True):
+            if isinstance(result, BaseException):
+                failed.append((state.tp, result))
+                continue
+            state.committed = offset
+            log.debug(
+                "%s: committed %s/%s at %d", self.consumer_id, state.tp.topic, state.tp.name, offset
+            )
+        if failed:
+            self.commit_failures += 1
+            (tp, first), *_ = failed
+            raise CommitFailedError(
+                f"{len(failed)} of {len(todo)} offsets not committed (e.g. {tp.topic}/{tp.name}:"
+                f" {first})"
+            ) from first
+
+    async def _commit_quietly(self, states: Iterable[PartitionState]) -> None:
+        """Commit positions as part of a rebalance: a failure is logged, not fatal."""
+        try:
+            await self._write((s, s.position) for s in states if not s.fenced)
+        except CommitFailedError as exc:
+            log.warning("%s: committing during a rebalance failed: %s", self.consumer_id, exc)
+
+    # -- rebalancing --------------------------------------------------------------------
+
+    async def rebalance(self) -> None:
+        """Rebalance until an attempt succeeds; after ``rebalance_attempts`` failed ones,
+        raise :class:`ZooKeeperError` (the supervisor reports it and restarts us)."""
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(self.settings.rebalance_backoff, self.settings.rebalance_backoff)
+        began = loop.time()
+        attempt = 0
+        while True:
+            attempt += 1
+            log.debug("%s: rebalance attempt %d", self.consumer_id, attempt)
+            started, session = time.monotonic(), self.zookeeper.session_id
+            try:
+                async with self._lock:
+                    done = await self._attempt()
+                reason = "partitions still owned by others"
+            except (ZooKeeperError, KafkaConnectionError) as exc:
+                done = False
+                reason = str(exc)
+                log.warning("%s: rebalance attempt %d failed: %s", self.consumer_id, attempt, exc)
+            if done:
+                if not self._broken and self.zookeeper.session_id == session:
+                    # Its ZooKeeper answers proved the session alive since `started`.
+                    timeout = self.zookeeper.session_timeout
+                    self.delivery.renew(started + timeout * LEASE_FRACTION)
+                self.rebalances += 1
+                log.info(
+                    "%s: rebalance %d of group %s done in %.0f ms (%d attempts, %d members): "
+                    "owns %s",
+                    self.consumer_id,
+                    self.rebalances,
+                    self.group,
+                    (loop.time() - began) * 1000,
+                    attempt,
+                    self._members,
+                    describe(self.assignment.partitions) or "nothing",
+                )
+                return
+            if attempt >= self.settings.rebalance_attempts:
+                raise ZooKeeperError(
+                    f"{self.consumer_id}: rebalance of group {self.group} gave up after "
+                    f"{attempt} attempts: {reason}"
+                )
+            await backoff.sleep_after_failure()
+
+    async def _attempt(self) -> bool:
+        zk, registry, settings = self.zookeeper, self.registry, self.settings
+        session = zk.session_id
+        if session is None or not zk.connected:
+            raise ZooKeeperError("not connected to ZooKeeper")
+        if self._broken:
+            await self._forget_all("the ZooKeeper session expired")
+            self._broken = False
+        subscription = settings.subscription
+        available = await read_topics(zk) if subscription.is_wildcard else []
+        my_topics = subscription.streams_per_topic(available)
+        await self._arm_watches(my_topics)
+        members = {
+            member: Subscription.from_registration(registration)
+            for member, registration in (await registry.members()).items()
+        }
+        if self.consumer_id not in members:
+            await self._forget_all("its registration was gone")
+            await registry.register(
+                self.consumer_id, subscription.as_registration(), session=session
+            )
+            members[self.consumer_id] = subscription
+        self._members = len(members)
+        threads = group_threads(members, available or my_topics)
+        brokers = await read_brokers(zk)
+        wanted: dict[TopicPartition, str] = {}
+        for topic, count in my_topics.items():
+            registrations = await read_topic_registrations(zk, topic)
+            ranges = assign(partition_names(registrations), threads.get(topic, []))
+            for thread in thread_ids(self.consumer_id, count):
+                for name in ranges.get(thread, []):
+                    wanted[TopicPartition.parse(topic, name)] = thread
+        owned = self.assignment.partitions
+        revoked = {tp for tp, state in owned.items() if wanted.get(tp) != state.thread}
+        added = {tp for tp, thread in wanted.items() if tp not in owned or tp in revoked}
+        self.assignment.brokers = brokers
+
+        if revoked:
+            await self._tell("on_partitions_revoked", revoked)
+            # Stop holding them (no more records handed out or fetch answers taken, the
+            # positions freeze), commit those positions, then give up the owner nodes.
+            states = [owned.pop(tp) for tp in revoked]
+            self._discard(states)
+            for state in states:
+                self._pending_release[state.tp] = state.session
+            await self._commit_quietly(states)
+        await self._release_pending()
+        if not await self._claim(wanted, added, session):
+            return False
+        if zk.session_id != session or self._broken:
+            for tp in added:
+                self._pending_release[tp] = session
+            raise ZooKeeperError("the ZooKeeper session changed during the rebalance")
+        try:
+            starts = await self._starting_offsets(sorted(added))
+        except BaseException:
+            for tp in added:
+                self._pending_release[tp] = session
+            raise
+        for tp, (offset, committed) in starts.items():
+            thread = wanted[tp]
+            stream = self.streams[int(thread.rsplit("-", 1)[1]) % len(self.streams)]
+            owned[tp] = PartitionState(
+                tp,
+                thread,
+                stream,
+                offset,
+                sizer=FetchSizer(tp.topic, tp.name, settings.fetch_size, settings.max_fetch_size),
+                session=session,
+                committed=committed,
+            )
+        if revoked or added:
+            self.assignment.generation += 1
+        # As 0.7.2: commit at every rebalance (a new partition's start, too).
+        await self._commit_quietly(list(owned.values()))
+        await self._tell("on_partitions_assigned", added)
+        if revoked or added:
+            log.info(
+                "%s: assigned %s, revoked %s",
+                self.consumer_id,
+                describe(added) or "nothing",
+                describe(revoked) or "nothing",
+            )
+        await self.fetchers.sync()
+        return True
+
+    async def _claim(
+        self, wanted: Mapping[TopicPartition, str], added: set[TopicPartition], session: int
+    ) -> bool:
+        """Claim every wanted partition (our own nodes count as ours: they vanish with an
+        expired session and must be created again). On a conflict or an error, the ones
+        newly claimed are released at the next attempt."""
+        order = sorted(wanted)
+        results = await asyncio.gather(
+            *(self.registry.claim(tp.topic, tp.name, wanted[tp], session=session) for tp in order),
+            return_exceptions=True,
+        )
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is None and all(results):
+            return True
+        for tp, result in zip(order, results, strict=True):
+            if result is True and tp in added:
+                self._pending_release[tp] = session
+        if failure is not None:
+            raise failure
+        return False
+
+    async def _release_pending(self) -> None:
+        pending = self._pending_release
+        if not pending:
+            return
+        order = sorted(pending)
+        results = await asyncio.gather(
+            *(self.registry.release(tp.topic, tp.name, session=pending[tp]) for tp in order),
+            return_exceptions=True,
+        )
+        failure: BaseException | None = None
+        for tp, result in zip(order, results, strict=True):
+            if isinstance(result, BaseException):
+                failure = failure or result
+            else:
+                del pending[tp]
+        if failure is not None:
+            raise failure
+
+    async def _starting_offsets(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int | None]]:
+        """``(where to start, the committed offset)`` of each newly owned partition: the
+        committed offset, else ``auto_offset_reset``."""
+        committed = await asyncio.gather(
+            *(self.registry.committed(tp.topic, tp.name) for tp in partitions)
+        )
+        starts: dict[TopicPartition, tuple[int, int | None]] = {}
+        for tp, offset in zip(partitions, committed, strict=True):
+            start = offset if offset is not None else await self.offsets.reset(tp, None)
+            starts[tp] = (start, offset)
+        return starts
+
+    async def _forget_all(self, why: str) -> None:
+        """After a break in ownership: revoke everything without committing (the next
+        owner may have moved on), so every partition starts again from ZooKeeper."""
+        states = list(self.assignment.partitions.values())
+        if not states:
+            return
+        log.warning(
+            "%s: %s: %d partitions start again from their committed offsets",
+            self.consumer_id,
+            why,
+            len(states),
+        )
+        await self._tell("on_partitions_revoked", {s.tp for s in states})
+        for state in states:
+            state.fenced = True
+        self._discard(states)
+        for state in states:
+            self._pending_release[state.tp] = state.session
+        self.assignment.partitions.clear()
+        self.assignment.generation += 1
+
+    def _discard(self, states: Sequence[PartitionState]) -> None:
+        for stream in self.streams:
+            stream.discard({s for s in states if s.stream is stream})
+
+    async def _tell(self, method: str, partitions: set[TopicPartition]) -> None:
+        """Call the listener, surviving whatever it does."""
+        if self.listener is None or not partitions:
+            return
+        timeout = self.settings.listener_timeout
+        try:
+            await asyncio.wait_for(getattr(self.listener, method)(set(partitions)), timeout)
+        except asyncio.TimeoutError:
+            self.listener_errors += 1
+            log.error(
+                "%s: the rebalance listener's %s did not return within %g s; the rebalance "
+                "goes on without it",
+                self.consumer_id,
+                method,
+                timeout,
+            )
+        except Exception:
+            self.listener_errors += 1
+            log.exception(
+                "%s: the rebalance listener's %s raised; the rebalance goes on",
+                self.consumer_id,
+                method,
+            )
+
+    async def _arm_watches(self, topics: Iterable[str]) -> None:
+        zk = self.zookeeper
+        await zk.watch_children(ids_path(self.group))
+        if self.settings.subscription.is_wildcard:
+            if BROKER_TOPICS not in self._watched:
+                zk.add_child_watch_callback(BROKER_TOPICS, self.trigger)
+                self._watched.add(BROKER_TOPICS)
+            await zk.watch_children(BROKER_TOPICS)
+        for topic in topics:
+            path = topic_path(topic)
+            if path not in self._watched:
+                zk.add_child_watch_callback(path, self.trigger)
+                self._watched.add(path)
+            await zk.watch_children(path)
+
+
+def describe(partitions: Iterable[TopicPartition]) -> str:
+    """``"events [0-0 0-1], logs [1-0]"``: partitions grouped by topic, for log lines."""
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp)
+    return ", ".join(f"{t} [{' '.join(tp.name for tp in tps)}]" for t, tps in by_topic.items())
