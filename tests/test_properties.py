@@ -401,3 +401,40 @@ def test_splitter_on_garbage_gives_frames_or_a_typed_error(
     except MalformedFrameError:
         pass
     assert splitter.buffered <= len(data)
+
+
+@given(
+    st.lists(st.sampled_from([2, 3, 100, 65_535, 65_536, 70_000, 200_000]), max_size=6),
+    st.lists(st.integers(1, 100_000), min_size=1, max_size=20),
+    st.booleans(),
+)
+def test_splitter_collects_large_frames_the_same_however_bytes_arrive(
+    sizes: list[int], chunk_sizes: list[int], bad_tail: bool
+) -> None:
+    """Large bodies are collected as chunks (FrameSplitter.COLLECT_FROM): the frames,
+    ``buffered`` and the stream position of a bad frame after them are as for small ones."""
+    frames = [len(body).to_bytes(4, "big") + body for body in (bytes([n % 251]) * n for n in sizes)]
+    stream = b"".join(frames)
+    tail = (3 << 20).to_bytes(4, "big") if bad_tail else b""  # over max_size
+    splitter = FrameSplitter(min_size=2, max_size=1 << 20)
+    got: list[bytes] = []
+    pos, i = 0, 0
+    data = stream + tail
+    with contextlib.ExitStack() as stack:
+        if bad_tail:
+            error = stack.enter_context(pytest.raises(MalformedFrameError))
+        while pos < len(data):
+            chunk = data[pos : pos + chunk_sizes[i % len(chunk_sizes)]]
+            try:
+                got += splitter.feed(chunk)
+            except MalformedFrameError as exc:
+                got += exc.decoded
+                raise
+            pos += len(chunk)
+            i += 1
+            assert splitter.buffered == pos - sum(len(f) + 4 for f in got)
+    assert got == [f[4:] for f in frames]
+    if bad_tail:
+        assert error.value.position == len(stream)
+    else:
+        assert splitter.buffered == 0

@@ -165,11 +165,29 @@ class FrameSplitter:
     resynchronised, so the connection must be dropped. With :meth:`feed`, frames that were
     complete before the bad one are on the error's ``decoded`` attribute.
 
+    The body of a large frame (a fetch answer of megabytes, arriving in many socket reads)
+    is kept as the chunks received and joined once when complete: one copy, instead of a
+    buffer that grows and moves with every read.
+
     Responses carry at least an error code (``min_size=2``); requests at least a type
     (a broker uses ``min_size=1`` and ``max_size=max.socket.request.bytes``).
     """
 
-    __slots__ = ("_buf", "_consumed", "_error", "_pos", "max_size", "min_size")
+    __slots__ = (
+        "_buf",
+        "_consumed",
+        "_error",
+        "_have",
+        "_parts",
+        "_pos",
+        "_want",
+        "max_size",
+        "min_size",
+    )
+
+    #: Bodies at least this large are collected as chunks (smaller ones stay in the
+    #: buffer, where several small answers often arrive in one read).
+    COLLECT_FROM = 1 << 16
 
     def __init__(self, *, min_size: int = 2, max_size: int = _INT32_MAX) -> None:
         self.min_size = min_size
@@ -178,15 +196,22 @@ class FrameSplitter:
         self._pos = 0  # start of the next frame in _buf
         self._consumed = 0  # stream position of _buf[0]
         self._error: MalformedFrameError | None = None
+        # A large body being collected: its chunks, their total, the body size.
+        self._parts: list[bytes] = []
+        self._have = 0
+        self._want = 0
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as part of a frame."""
-        return len(self._buf) - self._pos
+        collecting = 4 + self._have if self._want else 0
+        return collecting + len(self._buf) - self._pos
 
     @property
     def pending_size(self) -> int | None:
         """Size of the frame being assembled, once its size field has arrived."""
+        if self._want:
+            return self._want
         if len(self._buf) - self._pos < 4:
             return None
         size: int = _I32.unpack_from(self._buf, self._pos)[0]
@@ -204,6 +229,15 @@ class FrameSplitter:
     def receive(self, data: BytesLike) -> None:
         """Add received bytes (pull mode; take frames out with :meth:`next_frame`)."""
         self._check_usable()
+        if self._want:
+            missing = self._want - self._have
+            if len(data) <= missing:
+                self._parts.append(bytes(data))
+                self._have += len(data)
+                return
+            self._parts.append(bytes(data[:missing]))
+            self._have += missing
+            data = data[missing:]  # the start of what follows the collected frame
         if self._pos:
             del self._buf[: self._pos]
             self._consumed += self._pos
@@ -217,6 +251,13 @@ class FrameSplitter:
         ``max_size`` here; it is checked as soon as the size field is in.
         """
         self._check_usable()
+        if self._want:
+            if self._have < self._want:
+                return None
+            body = b"".join(self._parts)
+            self._consumed += 4 + self._want
+            self._parts, self._have, self._want = [], 0, 0
+            return body
         buf, pos = self._buf, self._pos
         available = len(buf) - pos
         if available < 4:
@@ -230,10 +271,19 @@ class FrameSplitter:
                 position=where,
             )
             raise self._error
-        if available - 4 < size:
-            return None
         end = pos + 4 + size
-        body = bytes(buf[pos + 4 : end])
+        if available - 4 < size:
+            if size >= self.COLLECT_FROM and end > len(buf):
+                # Collect the rest as it arrives; everything buffered belongs to it.
+                self._parts = [bytes(buf[pos + 4 :])]
+                self._have = len(self._parts[0])
+                self._want = size
+                self._consumed += pos
+                buf.clear()
+                self._pos = 0
+            return None
+        with memoryview(buf) as view:
+            body = bytes(view[pos + 4 : end])
         if end == len(buf):  # all consumed: start over without moving bytes
             buf.clear()
             self._consumed += end
