@@ -30,6 +30,7 @@ nothing can start work on a closed component.
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
@@ -65,13 +66,20 @@ class Supervisor:
     are logged there, so an application filtering by module sees them).
     """
 
+    #: How many crashes :attr:`crashes` keeps (a long-lived component must not grow).
+    KEPT_CRASHES = 100
+
     def __init__(self, name: str, logger: logging.Logger | None = None) -> None:
         self.name = name
         self.log = logger or _log
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        #: Crashes seen so far, in order (task name, exception): for metrics and tests.
-        self.crashes: list[tuple[str, BaseException]] = []
+        #: The latest crashes, oldest first (task name, exception), at most
+        #: :attr:`KEPT_CRASHES` of them: for metrics and tests. ``crash_count`` counts all.
+        self.crashes: collections.deque[tuple[str, BaseException]] = collections.deque(
+            maxlen=self.KEPT_CRASHES
+        )
+        self.crash_count = 0
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._tasks)} tasks"
@@ -160,6 +168,7 @@ class Supervisor:
                 raise
             except Exception as exc:
                 self.crashes.append((name, exc))
+                self.crash_count += 1
                 if policy is not CrashPolicy.RESTART:
                     self.log.error("%s crashed", name, exc_info=exc)
                     self._notify(name, on_crash, exc)

@@ -203,3 +203,17 @@ async def test_policy_arguments_are_checked() -> None:
     with pytest.raises(TypeError, match="function"):
         supervisor.spawn("x", noop(), policy=CrashPolicy.RESTART)
     await supervisor.aclose()
+
+
+async def test_crash_records_are_bounded_but_counted() -> None:
+    async def boom() -> None:
+        raise RuntimeError("again")
+
+    supervisor = Supervisor("owner")
+    total = Supervisor.KEPT_CRASHES + 20
+    for i in range(total):
+        await supervisor.spawn(f"t{i}", boom(), policy=CrashPolicy.LOG)
+    assert supervisor.crash_count == total
+    assert len(supervisor.crashes) == Supervisor.KEPT_CRASHES
+    assert supervisor.crashes[-1][0] == f"owner/t{total - 1}"
+    await supervisor.aclose()
