@@ -33,10 +33,10 @@ PRODUCER: list[tuple[str, Any]] = [
     ("retry_backoff_ms", 0),
     ("retry_backoff_ms", float("inf")),
     ("max_message_size", 0),
-    ("request_timeout", "x"),
-    ("request_timeout", 0),
-    ("request_timeout", -1.0),
-    ("connect_timeout", None),
+    ("request_timeout_ms", "x"),
+    ("request_timeout_ms", 0),
+    ("request_timeout_ms", -1.0),
+    ("connect_timeout_ms", None),
     ("confirm", "yes"),
     ("on_unconfirmed", "maybe"),
     ("compression", "lz4"),
@@ -65,10 +65,10 @@ def test_producer_compressed_topics_are_topic_names() -> None:
 
 
 CONNECTION: list[tuple[str, Any]] = [
-    ("connect_timeout", 0),
-    ("connect_timeout", "5"),
-    ("request_timeout", -1),
-    ("request_timeout", float("inf")),
+    ("connect_timeout_ms", 0),
+    ("connect_timeout_ms", "5"),
+    ("request_timeout_ms", -1),
+    ("request_timeout_ms", float("inf")),
     ("send_buffer", 0),
     ("receive_buffer", -1),
     ("receive_buffer", 1.0),
@@ -91,9 +91,10 @@ def test_connection_and_pool_refuse_bad_parameters(name: str, value: Any) -> Non
     [
         {"connections_per_broker": 0},
         {"connections_per_broker": "2"},
-        {"reconnect_backoff": (0, 1)},
-        {"reconnect_backoff": (2, 1)},
-        {"reconnect_backoff": 5},
+        {"reconnect_backoff_ms": (0, 1)},
+        {"reconnect_backoff_ms": (2, 1)},
+        {"reconnect_backoff_ms": 5},
+        {"reconnect_backoff_ms": ("50", 100)},
     ],
     ids=repr,
 )
@@ -110,8 +111,8 @@ SIMPLE: list[tuple[str, Any]] = [
     ("fetch_size", 0),
     ("fetch_size", 2.5),
     ("max_fetch_size", 10),
-    ("request_timeout", 0),
-    ("connect_timeout", -2),
+    ("request_timeout_ms", 0),
+    ("connect_timeout_ms", -2),
     ("receive_buffer", 0),
     ("pool", object()),
 ]
@@ -124,7 +125,7 @@ def test_simple_consumer_refuses_bad_parameters(name: str, value: Any) -> None:
 
 
 def test_good_parameters_pass() -> None:
-    Producer(brokers=STATIC, linger_ms=0, request_timeout=0.5, retries=0, batch_size=1)
-    BrokerConnection(ADDRESS, request_timeout=1, connect_timeout=0.1, send_buffer=None)
+    Producer(brokers=STATIC, linger_ms=0, request_timeout_ms=500, retries=0, batch_size=1)
+    BrokerConnection(ADDRESS, request_timeout_ms=1, connect_timeout_ms=0.5, send_buffer=None)
     SimpleConsumer("127.0.0.1", 9092, broker_id=0, fetch_size=1, max_fetch_size=1)
-    ConnectionPool(connections_per_broker=2, reconnect_backoff=(0.01, 0.01))
+    ConnectionPool(connections_per_broker=2, reconnect_backoff_ms=(10, 10))
