@@ -31,8 +31,9 @@ from aiozk.states import States
 
 from .backoff import Backoff
 from .connection import BrokerAddress
-from .errors import KafkaError, ZooKeeperError
+from .errors import InvalidConfigError, KafkaError, ZooKeeperError
 from .supervisor import CrashPolicy, Supervisor
+from .validation import check_optional_ms
 from .znodes import (
     BROKER_IDS,
     BROKER_TOPICS,
@@ -215,17 +216,27 @@ class Cluster(abc.ABC):
         with contextlib.suppress(ValueError):
             self._subscribers.remove(queue)
 
-    async def wait_for(self, predicate: Callable[[Cluster], bool], timeout: float) -> None:
+    async def wait_for(
+        self,
+        predicate: Callable[[Cluster], bool],
+        timeout: float | None = None,
+        *,
+        timeout_ms: float | None = None,
+    ) -> None:
         """Return once ``predicate(self)`` holds, checking after every change of the view;
-        raise :class:`ClusterTimeoutError` if it still does not after ``timeout`` seconds.
+        raise :class:`ClusterTimeoutError` if it still does not after ``timeout_ms``
+        (required; ``timeout``, in seconds, is its deprecated form).
         """
+        limit_ms = check_optional_ms("Cluster.wait_for", "timeout_ms", timeout_ms, timeout)
+        if limit_ms is None:
+            raise InvalidConfigError("Cluster.wait_for needs timeout_ms")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + limit_ms / 1000
         while not predicate(self):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise ClusterTimeoutError(
-                    f"the cluster view did not satisfy {predicate!r} within {timeout} s"
+                    f"the cluster view did not satisfy {predicate!r} within {limit_ms:g} ms"
                 )
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining)

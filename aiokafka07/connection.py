@@ -14,8 +14,8 @@ frame splitting and the bound on each answer's size. This module adds what needs
   caller that never awaits anything else still cannot grow memory without bound;
 * a request cancelled before it was written is never written; one cancelled after keeps
   its place in the FIFO and its answer is read and dropped;
-* a request unanswered within ``request_timeout`` (or a socket that takes nothing for that
-  long) closes the connection, because every later answer would queue behind the lost
+* a request unanswered within ``request_timeout_ms`` (or a socket that takes nothing for
+  that long) closes the connection, because every later answer would queue behind the lost
   one, failing everything outstanding with a typed error that says whether each request
   may have reached the broker.
 
@@ -57,7 +57,7 @@ from .protocol import (
 )
 from .protocol.conversation import Conversation, Exchange
 from .protocol.messages import BytesLike
-from .validation import check_int, check_number, check_optional_int
+from .validation import check_int, check_ms, check_optional_int, renamed_options_to_ms
 
 __all__ = ["BrokerAddress", "BrokerConnection", "check_message_sizes"]
 
@@ -67,6 +67,9 @@ log = logging.getLogger("aiokafka07.connection")
 MAX_MESSAGE_SIZE = 1000000
 #: Bytes a connection lets wait for the socket before its callers wait (flow control).
 DEFAULT_MAX_UNSENT_BYTES = 4 << 20
+#: The connection options that took seconds, deprecated names of their ``*_ms`` versions
+#: (for one release), for code passing connection options on (e.g. the pool).
+RENAMED_TIMEOUTS = ("connect_timeout", "request_timeout")
 
 
 class BrokerAddress(NamedTuple):
@@ -109,31 +112,39 @@ def _not_done(future: asyncio.Future[Any]) -> bool:
 class BrokerConnection(asyncio.Protocol):
     """A pipelined connection to one broker. Open it with :meth:`open` (or ``async with``).
 
-    ``request_timeout`` bounds the wait for each answer, and for the socket to take data
-    (0.7.2 ``socket.timeout.ms``; the Java client's timeout never fires on reads, this one
-    does). ``max_message_size`` is the client-side produce check. ``max_unsent_bytes``
-    bounds what waits for the socket: past it, calls wait (flow control), and it is the
-    transport's high-water mark too.
+    Durations are milliseconds. ``connect_timeout_ms`` bounds each connection attempt
+    (0.7.2 ``connect.timeout.ms``). ``request_timeout_ms`` bounds the wait for each answer,
+    and for the socket to take data (0.7.2 ``socket.timeout.ms``; the Java client's timeout
+    never fires on reads, this one does). ``max_message_size`` is the client-side produce
+    check. ``max_unsent_bytes`` bounds what waits for the socket: past it, calls wait (flow
+    control), and it is the transport's high-water mark too. ``connect_timeout`` and
+    ``request_timeout`` (seconds) are their deprecated names.
     """
 
     def __init__(
         self,
         address: BrokerAddress,
         *,
-        connect_timeout: float = 5.0,
-        request_timeout: float = 30.0,
+        connect_timeout_ms: float = 5000.0,
+        request_timeout_ms: float = 30000.0,
         send_buffer: int | None = None,
         receive_buffer: int | None = None,
         max_message_size: int = MAX_MESSAGE_SIZE,
         max_unsent_bytes: int = DEFAULT_MAX_UNSENT_BYTES,
+        connect_timeout: float | None = None,
+        request_timeout: float | None = None,
     ) -> None:
         self.address = address
-        self.connect_timeout = check_number(
-            "connect_timeout", connect_timeout, minimum=0, above=True
+        where = "BrokerConnection"
+        self.connect_timeout_ms = check_ms(
+            where, "connect_timeout_ms", connect_timeout_ms, connect_timeout, above=True
         )
-        self.request_timeout = check_number(
-            "request_timeout", request_timeout, minimum=0, above=True
+        self.request_timeout_ms = check_ms(
+            where, "request_timeout_ms", request_timeout_ms, request_timeout, above=True
         )
+        # In seconds, for asyncio.
+        self._connect_timeout = self.connect_timeout_ms / 1000
+        self._request_timeout = self.request_timeout_ms / 1000
         self.send_buffer = check_optional_int("send_buffer", send_buffer, minimum=1)
         self.receive_buffer = check_optional_int("receive_buffer", receive_buffer, minimum=1)
         self.max_message_size = check_int("max_message_size", max_message_size, minimum=1)
@@ -152,7 +163,9 @@ class BrokerConnection(asyncio.Protocol):
 
     @classmethod
     async def open(cls, address: BrokerAddress, **options: Any) -> BrokerConnection:
-        """Connect to ``address``; raise :class:`KafkaConnectionError` if that fails."""
+        """Connect to ``address``; raise :class:`KafkaConnectionError` if that fails.
+        ``options`` are the constructor's."""
+        options = renamed_options_to_ms("BrokerConnection.open", options, RENAMED_TIMEOUTS)
         conn = cls(address, **options)
         await conn._connect()
         return conn
@@ -162,11 +175,11 @@ class BrokerConnection(asyncio.Protocol):
         try:
             await asyncio.wait_for(
                 loop.create_connection(lambda: self, self.address.host, self.address.port),
-                self.connect_timeout,
+                self._connect_timeout,
             )
         except asyncio.TimeoutError:
             raise KafkaConnectionError(
-                f"connecting to {self.address} timed out after {self.connect_timeout} s",
+                f"connecting to {self.address} timed out after {self.connect_timeout_ms:g} ms",
                 broker=str(self.address),
             ) from None
         except OSError as exc:
@@ -203,18 +216,20 @@ class BrokerConnection(asyncio.Protocol):
         buffered = transport.get_write_buffer_size() if transport is not None else 0
         return self._conversation.outbox_bytes + buffered
 
-    async def close(self, timeout: float = 5.0) -> None:
-        """Wait up to ``timeout`` for outstanding answers, then close; what is still
-        outstanding fails with :class:`KafkaConnectionError`."""
+    async def close(self, timeout: float | None = None, *, timeout_ms: float = 5000.0) -> None:
+        """Wait up to ``timeout_ms`` for outstanding answers, then close; what is still
+        outstanding fails with :class:`KafkaConnectionError`. (``timeout``, in seconds, is
+        the deprecated form.)"""
+        wait = check_ms("BrokerConnection.close", "timeout_ms", timeout_ms, timeout) / 1000
         if self._closed is None:
             log.debug("closing the connection to %s", self.address)
             pending = [f for f in self._conversation.tokens() if not f.done()]
             if pending:
-                await asyncio.wait(pending, timeout=timeout)
+                await asyncio.wait(pending, timeout=wait)
         self._fail(KafkaConnectionError(f"connection to {self.address} closed"))
         if self._transport is not None:
             try:
-                await asyncio.wait_for(self._lost.wait(), timeout)
+                await asyncio.wait_for(self._lost.wait(), wait)
             except asyncio.TimeoutError:
                 self._transport.abort()
 
@@ -334,10 +349,10 @@ class BrokerConnection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _watch(self, future: asyncio.Future[Any], exchange: Exchange[Any]) -> None:
-        """Time ``future`` out after ``request_timeout``; if it is cancelled (by anyone),
+        """Time ``future`` out after ``request_timeout_ms``; if it is cancelled (by anyone),
         cancel its exchange: never written if it was not yet, else its answer dropped."""
         handle = asyncio.get_running_loop().call_later(
-            self.request_timeout, self._timed_out, future
+            self._request_timeout, self._timed_out, future
         )
 
         def ended(_: asyncio.Future[Any]) -> None:
@@ -370,7 +385,7 @@ class BrokerConnection(asyncio.Protocol):
         if future.done():
             return
         reason = RequestTimeoutError(
-            f"no answer from {self.address} within {self.request_timeout} s",
+            f"no answer from {self.address} within {self.request_timeout_ms:g} ms",
             broker=str(self.address),
             maybe_delivered=True,
         )
@@ -385,13 +400,13 @@ class BrokerConnection(asyncio.Protocol):
 
     async def _writable(self) -> None:
         """Wait while the transport is paused or more than ``max_unsent_bytes`` wait for
-        the socket. A socket that takes nothing for ``request_timeout`` closes the
+        the socket. A socket that takes nothing for ``request_timeout_ms`` closes the
         connection, and this raises :class:`RequestTimeoutError`. Returns at once when
         the connection is closed."""
         if not self._must_wait():
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.request_timeout
+        deadline = loop.time() + self._request_timeout
         while self._must_wait():
             waiter: asyncio.Future[None] = loop.create_future()
             self._drain_waiters.append(waiter)
@@ -400,7 +415,7 @@ class BrokerConnection(asyncio.Protocol):
             except asyncio.TimeoutError:
                 if self._must_wait():
                     reason = RequestTimeoutError(
-                        f"{self.address} took no data for {self.request_timeout} s",
+                        f"{self.address} took no data for {self.request_timeout_ms:g} ms",
                         broker=str(self.address),
                         maybe_delivered=True,
                     )
@@ -411,7 +426,7 @@ class BrokerConnection(asyncio.Protocol):
     async def drain(self) -> None:
         """Flow control: wait while the transport is paused or more than
         ``max_unsent_bytes`` wait for the socket. Raises :class:`RequestTimeoutError` if
-        the socket takes nothing for ``request_timeout`` (the connection is then closed),
+        the socket takes nothing for ``request_timeout_ms`` (the connection is then closed),
         :class:`KafkaConnectionError` if the connection is closed."""
         await self._writable()
         if self._closed is not None:

@@ -40,11 +40,11 @@ it), and the handler never waits for its thread while the waiting thread holds t
 module's lock, which ``logging.config`` does while it closes the handlers it replaces: so
 the handler's thread, logging, never deadlocks with them.
 
-**flush() and close().** :meth:`~KafkaHandler.flush` waits (at most ``flush_timeout``)
+**flush() and close().** :meth:`~KafkaHandler.flush` waits (at most ``flush_timeout_ms``)
 until every record logged before it was delivered or dropped; called on a thread running
 an event loop it only wakes the sender, and ``await handler.aflush()`` waits there
 without blocking. :meth:`~KafkaHandler.close` stops taking records, delivers what waits
-and closes the producer, for at most ``close_timeout`` seconds; what is left then is
+and closes the producer, for at most ``close_timeout_ms``; what is left then is
 counted as dropped. It blocks the calling thread, so asyncio code uses ``await
 handler.aclose()``. :func:`logging.shutdown` (at interpreter exit) flushes and closes it;
 a handler ``logging.config`` replaced finishes in the background, and at the latest at
@@ -67,11 +67,12 @@ from typing import Any, NamedTuple
 
 from .backoff import Backoff
 from .cluster import parse_broker_list
-from .connection import MAX_MESSAGE_SIZE
+from .connection import MAX_MESSAGE_SIZE, RENAMED_TIMEOUTS
 from .errors import KafkaError, ProducerClosedError
 from .producer import Producer, ProduceResult
 from .protocol import Compression, validate_topic
 from .supervisor import CrashPolicy, Supervisor
+from .validation import check_ms, check_optional_ms, renamed_options_to_ms
 
 __all__ = ["HandlerStats", "KafkaHandler"]
 
@@ -129,7 +130,9 @@ class KafkaHandler(logging.Handler):
     topic :class:`~aiokafka07.errors.InvalidTopicError`: configuration errors surface when
     the handler is made, never when logging. ``producer_options`` are further
     :class:`~aiokafka07.Producer` arguments (``batch_size``, ``linger_ms``, ``confirm``,
-    ``retries``, ...). See the module documentation for the guarantees.
+    ``retries``, ...). Durations are milliseconds (``flush_timeout`` and ``close_timeout``,
+    in seconds, are the deprecated names of ``flush_timeout_ms`` and ``close_timeout_ms``).
+    See the module documentation for the guarantees.
     """
 
     def __init__(
@@ -143,9 +146,11 @@ class KafkaHandler(logging.Handler):
         max_buffered_records: int = 10_000,
         max_buffered_bytes: int = 16 << 20,
         max_record_bytes: int = MAX_MESSAGE_SIZE,
-        flush_timeout: float = 5.0,
-        close_timeout: float = 5.0,
+        flush_timeout_ms: float = 5000.0,
+        close_timeout_ms: float = 5000.0,
         producer_options: Mapping[str, Any] | None = None,
+        flush_timeout: float | None = None,
+        close_timeout: float | None = None,
     ) -> None:
         validate_topic(topic)
         zookeeper = (zookeeper or "").strip() or None
@@ -156,8 +161,12 @@ class KafkaHandler(logging.Handler):
             parse_broker_list(brokers)  # malformed: ValueError now, not in the thread
         if max_buffered_records < 1 or max_buffered_bytes < 1 or max_record_bytes < 1:
             raise ValueError("the buffer bounds and max_record_bytes must be positive")
-        if not flush_timeout > 0 or not close_timeout > 0:
-            raise ValueError("flush_timeout and close_timeout must be positive")
+        self.flush_timeout_ms = check_ms(
+            "KafkaHandler", "flush_timeout_ms", flush_timeout_ms, flush_timeout, above=True
+        )
+        self.close_timeout_ms = check_ms(
+            "KafkaHandler", "close_timeout_ms", close_timeout_ms, close_timeout, above=True
+        )
         compression = Compression.parse(compression)
         self.topic = topic
         self.zookeeper = zookeeper
@@ -166,9 +175,11 @@ class KafkaHandler(logging.Handler):
         self.max_buffered_records = max_buffered_records
         self.max_buffered_bytes = max_buffered_bytes
         self.max_record_bytes = min(max_record_bytes, MAX_MESSAGE_SIZE)
-        self.flush_timeout = flush_timeout
-        self.close_timeout = close_timeout
-        options = _checked_producer_options(producer_options or {})
+        options = _checked_producer_options(
+            renamed_options_to_ms(
+                "KafkaHandler(producer_options)", producer_options or {}, RENAMED_TIMEOUTS
+            )
+        )
         # Checked first: logging keeps (and at exit flushes) every handler it saw made.
         super().__init__(level)
         self.producer_options = options
@@ -290,36 +301,51 @@ class KafkaHandler(logging.Handler):
 
     def flush(self) -> None:
         """Wait until every record logged before was delivered or dropped, at most
-        ``flush_timeout`` seconds (:meth:`wait_delivered` says whether it got there). On a
+        ``flush_timeout_ms`` (:meth:`wait_delivered` says whether it got there). On a
         thread running an event loop it does not wait: use :meth:`aflush` there."""
         self.wait_delivered()
 
-    def wait_delivered(self, timeout: float | None = None) -> bool:
-        """:meth:`flush` with a ``timeout`` (default ``flush_timeout``): True when every
-        record logged before was delivered or dropped. On a thread running an event loop,
-        or holding the logging module's lock (:func:`_may_wait`), it does not wait, and is
-        True only if nothing was waiting."""
+    def wait_delivered(
+        self, timeout: float | None = None, *, timeout_ms: float | None = None
+    ) -> bool:
+        """:meth:`flush` with a ``timeout_ms`` (default ``flush_timeout_ms``; ``timeout``,
+        in seconds, is its deprecated form): True when every record logged before was
+        delivered or dropped. On a thread running an event loop, or holding the logging
+        module's lock (:func:`_may_wait`), it does not wait, and is True only if nothing
+        was waiting."""
+        wait = self._flush_seconds(
+            check_optional_ms("KafkaHandler.wait_delivered", "timeout_ms", timeout_ms, timeout)
+        )
         waiter = self._flush_waiter()
         if waiter.done():
             return True
         if not _may_wait():
             return False
         try:
-            waiter.result(self.flush_timeout if timeout is None else timeout)
+            waiter.result(wait)
         except concurrent.futures.TimeoutError:
             return False
         return True
 
-    async def aflush(self, timeout: float | None = None) -> bool:
-        """:meth:`flush` for asyncio code: waits without blocking the event loop."""
+    async def aflush(
+        self, timeout: float | None = None, *, timeout_ms: float | None = None
+    ) -> bool:
+        """:meth:`flush` for asyncio code: waits without blocking the event loop, at most
+        ``timeout_ms`` (default ``flush_timeout_ms``; ``timeout``, in seconds, is its
+        deprecated form)."""
+        wait = self._flush_seconds(
+            check_optional_ms("KafkaHandler.aflush", "timeout_ms", timeout_ms, timeout)
+        )
         waiter = self._flush_waiter()
         try:
-            await asyncio.wait_for(
-                asyncio.wrap_future(waiter), self.flush_timeout if timeout is None else timeout
-            )
+            await asyncio.wait_for(asyncio.wrap_future(waiter), wait)
         except asyncio.TimeoutError:
             return False
         return True
+
+    def _flush_seconds(self, timeout_ms: float | None) -> float:
+        """A flush's wait in seconds: ``timeout_ms``, or ``flush_timeout_ms``."""
+        return (self.flush_timeout_ms if timeout_ms is None else timeout_ms) / 1000
 
     def _flush_waiter(self) -> concurrent.futures.Future[None]:
         waiter: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -335,7 +361,7 @@ class KafkaHandler(logging.Handler):
         return waiter
 
     def close(self) -> None:
-        """Stop taking records; deliver what waits, within ``close_timeout`` seconds
+        """Stop taking records; deliver what waits, within ``close_timeout_ms``
         (what is left then is dropped); stop the handler's thread; report drops once.
         Blocks the calling thread (asyncio code: :meth:`aclose`). Idempotent.
 
@@ -358,8 +384,8 @@ class KafkaHandler(logging.Handler):
     def _finish(self) -> None:
         """Wait for the handler's thread (bounded), then report the drops once."""
         _UNFINISHED.discard(self)
-        # The thread gives up after close_timeout; allow for its last steps.
-        self._thread.join(self.close_timeout + 5.0)
+        # The thread gives up after close_timeout_ms; allow for its last steps.
+        self._thread.join(self.close_timeout_ms / 1000 + 5.0)
         with self._state:
             report = not self._total_reported
             self._total_reported = True
@@ -427,12 +453,13 @@ class KafkaHandler(logging.Handler):
         sender.add_done_callback(self._sender_ended)
         await self._stop.wait()
         try:
-            await asyncio.wait_for(self._deliver_waiting(), self.close_timeout)
+            await asyncio.wait_for(self._deliver_waiting(), self.close_timeout_ms / 1000)
         except asyncio.TimeoutError:
             log.warning(
-                "closing the Kafka log handler of %s: records still waiting after %s s are dropped",
+                "closing the Kafka log handler of %s: records still waiting after %g ms are "
+                "dropped",
                 self.topic,
-                self.close_timeout,
+                self.close_timeout_ms,
             )
         finally:
             await supervisor.aclose(timeout=3.0)  # a ZooKeeper connect cut short: 1 s

@@ -16,9 +16,9 @@ import time
 from typing import Any
 
 from .backoff import Backoff
-from .connection import BrokerAddress, BrokerConnection
+from .connection import RENAMED_TIMEOUTS, BrokerAddress, BrokerConnection
 from .errors import InvalidConfigError, KafkaConnectionError
-from .validation import check_int
+from .validation import check_int, check_ms, check_number, renamed_options_to_ms, renamed_to_ms
 
 __all__ = ["ConnectionPool"]
 
@@ -28,31 +28,33 @@ log = logging.getLogger("aiokafka07.pool")
 class ConnectionPool:
     """Connections keyed by broker (id, host, port); an async context manager.
 
-    ``reconnect_backoff`` is (first delay, cap) in seconds, for a
+    ``reconnect_backoff_ms`` is (first delay, cap) in milliseconds, for a
     :class:`~aiokafka07.backoff.Backoff` per broker (doubling, +-20 % jitter). Other keyword
-    arguments go to every :class:`BrokerConnection` (timeouts, socket buffers,
-    ``max_message_size``, ``max_unsent_bytes``) and are checked here, at construction.
+    arguments go to every :class:`BrokerConnection` (``connect_timeout_ms``,
+    ``request_timeout_ms``, socket buffers, ``max_message_size``, ``max_unsent_bytes``) and
+    are checked here, at construction. ``reconnect_backoff`` (seconds) is the deprecated
+    name of ``reconnect_backoff_ms``.
     """
 
     def __init__(
         self,
         *,
         connections_per_broker: int = 1,
-        reconnect_backoff: tuple[float, float] = (0.05, 5.0),
+        reconnect_backoff_ms: tuple[float, float] = (50.0, 5000.0),
+        reconnect_backoff: tuple[float, float] | None = None,
         **connection_options: Any,
     ) -> None:
         self.connections_per_broker = check_int(
             "connections_per_broker", connections_per_broker, minimum=1
         )
-        try:
-            base, cap = reconnect_backoff
-            Backoff(base, cap)
-        except (TypeError, ValueError) as exc:
-            raise InvalidConfigError(
-                f"reconnect_backoff must be (first delay, cap) in seconds, 0 < first <= cap, "
-                f"not {reconnect_backoff!r}"
-            ) from exc
-        self.reconnect_backoff = (base, cap)
+        self.reconnect_backoff_ms = _backoff_pair(
+            renamed_to_ms(
+                "ConnectionPool", "reconnect_backoff", reconnect_backoff, reconnect_backoff_ms
+            )
+        )
+        connection_options = renamed_options_to_ms(
+            "ConnectionPool", connection_options, RENAMED_TIMEOUTS
+        )
         # Every connection gets these: check them now, not at the first connect.
         BrokerConnection(BrokerAddress(None, "127.0.0.1", 1), **connection_options)
         self.connection_options = connection_options
@@ -137,7 +139,8 @@ class ConnectionPool:
         except KafkaConnectionError:
             backoff = self._backoff.get(key)
             if backoff is None:
-                backoff = self._backoff[key] = Backoff(*self.reconnect_backoff)
+                base, cap = self.reconnect_backoff_ms
+                backoff = self._backoff[key] = Backoff(base / 1000, cap / 1000)
             delay = backoff.failed()
             self._not_before[key] = time.monotonic() + delay
             log.warning(
@@ -172,9 +175,28 @@ class ConnectionPool:
         self._forget_failures(key)
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
-    async def close(self, timeout: float = 5.0) -> None:
-        """Let outstanding requests finish (up to ``timeout``), then close everything."""
+    async def close(self, timeout: float | None = None, *, timeout_ms: float = 5000.0) -> None:
+        """Let outstanding requests finish (up to ``timeout_ms``), then close everything.
+        (``timeout``, in seconds, is the deprecated form.)"""
+        timeout_ms = check_ms("ConnectionPool.close", "timeout_ms", timeout_ms, timeout)
         self._closed = True
         conns = [c for group in self._connections.values() for c in group]
         self._connections.clear()
-        await asyncio.gather(*(c.close(timeout) for c in conns), return_exceptions=True)
+        await asyncio.gather(
+            *(c.close(timeout_ms=timeout_ms) for c in conns), return_exceptions=True
+        )
+
+
+def _backoff_pair(value: object) -> tuple[float, float]:
+    """``reconnect_backoff_ms``: (first delay, cap) in milliseconds, 0 < first <= cap."""
+    try:
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise TypeError
+        base = check_number("reconnect_backoff_ms", value[0], minimum=0, above=True)
+        cap = check_number("reconnect_backoff_ms", value[1], minimum=base)
+    except (TypeError, ValueError) as exc:
+        raise InvalidConfigError(
+            f"reconnect_backoff_ms must be (first delay, cap) in milliseconds, "
+            f"0 < first <= cap, not {value!r}"
+        ) from exc
+    return (base, cap)

@@ -31,7 +31,7 @@ from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
 from .protocol.requests import validate_topic
 from .records import ConsumerRecord
-from .validation import check_int, check_optional_int
+from .validation import check_int, check_ms, check_optional_int, check_optional_ms
 
 __all__ = ["EARLIEST", "LATEST", "FetchResult", "SimpleConsumer"]
 
@@ -68,7 +68,9 @@ class SimpleConsumer:
     message, up to ``max_fetch_size``. ``max_decompressed_bytes`` bounds what the
     compressed wrappers of one fetch may decompress to (default: ``max_fetch_size``, at
     least 64 MiB; see :func:`~aiokafka07.fetch_size.decompression_bound`).
-    ``request_timeout`` is ``socket.timeout.ms`` (a real read timeout); ``receive_buffer``
+    Durations are milliseconds: ``request_timeout_ms`` is ``socket.timeout.ms`` (a real
+    read timeout), ``connect_timeout_ms`` bounds each connection attempt (``request_timeout``
+    and ``connect_timeout``, in seconds, are their deprecated names). ``receive_buffer``
     is ``socket.buffersize`` (default: leave the kernel's autotuning on, which lets the
     next fetch land while a batch is handed out; 0.7.2's 64 KiB throttles that). Pass a
     shared ``pool`` to reuse connections of a larger client.
@@ -83,10 +85,12 @@ class SimpleConsumer:
         fetch_size: int = FETCH_SIZE,
         max_fetch_size: int = 64 * FETCH_SIZE,
         max_decompressed_bytes: int | None = None,
-        request_timeout: float = 30.0,
-        connect_timeout: float = 5.0,
+        request_timeout_ms: float = 30000.0,
+        connect_timeout_ms: float = 5000.0,
         receive_buffer: int | None = None,
         pool: ConnectionPool | None = None,
+        request_timeout: float | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         if not isinstance(host, str) or not host:
             raise InvalidConfigError(f"host must be a non-empty str, not {host!r}")
@@ -103,10 +107,14 @@ class SimpleConsumer:
         self.max_fetch_size = max_fetch_size
         self.max_decompressed_bytes = decompression_bound(max_fetch_size, max_decompressed_bytes)
         self._own_pool = pool is None
+        request = check_ms(
+            "SimpleConsumer", "request_timeout_ms", request_timeout_ms, request_timeout, above=True
+        )
+        connect = check_ms(
+            "SimpleConsumer", "connect_timeout_ms", connect_timeout_ms, connect_timeout, above=True
+        )
         self._pool = pool or ConnectionPool(
-            request_timeout=request_timeout,
-            connect_timeout=connect_timeout,
-            receive_buffer=receive_buffer,
+            request_timeout_ms=request, connect_timeout_ms=connect, receive_buffer=receive_buffer
         )
 
     async def __aenter__(self) -> SimpleConsumer:
@@ -208,16 +216,21 @@ class SimpleConsumer:
         offset: int,
         *,
         end_offset: int | None = None,
-        poll_interval: float | None = None,
+        poll_interval_ms: float | None = None,
         fetch_size: int | None = None,
+        poll_interval: float | None = None,
     ) -> AsyncGenerator[FetchResult, None]:
         """Fetch results from ``offset`` on, one per non-empty fetch.
 
-        The next fetch is sent before a result is handed out. Without ``poll_interval``
+        The next fetch is sent before a result is handed out. Without ``poll_interval_ms``
         the iteration ends when it catches up with the log end; with it, it waits that
-        many seconds and fetches again. With ``end_offset`` it stops there, handing out
-        only messages that end at or before it.
+        many milliseconds and fetches again. With ``end_offset`` it stops there, handing
+        out only messages that end at or before it. (``poll_interval``, in seconds, is the
+        deprecated form of ``poll_interval_ms``.)
         """
+        poll_ms = check_optional_ms(
+            "SimpleConsumer.batches", "poll_interval_ms", poll_interval_ms, poll_interval
+        )
         validate_topic(topic)
         sizer = FetchSizer(
             topic,
@@ -290,9 +303,9 @@ class SimpleConsumer:
                 if done:
                     return
                 if next_offset == offset:  # caught up
-                    if poll_interval is None:
+                    if poll_ms is None:
                         return
-                    await asyncio.sleep(poll_interval)
+                    await asyncio.sleep(poll_ms / 1000)
                     pending = start(offset)
                 offset = next_offset
         finally:
@@ -330,17 +343,20 @@ class SimpleConsumer:
         offset: int,
         *,
         end_offset: int | None = None,
-        poll_interval: float | None = None,
+        poll_interval_ms: float | None = None,
         fetch_size: int | None = None,
+        poll_interval: float | None = None,
     ) -> AsyncGenerator[ConsumerRecord, None]:
         """Every message from ``offset`` on, compressed wrappers expanded with 0.7.2
-        offsets (see :meth:`batches` for ``end_offset`` and ``poll_interval``)."""
+        offsets (see :meth:`batches` for ``end_offset`` and ``poll_interval_ms``)."""
         batches = self.batches(
             topic,
             partition,
             offset,
             end_offset=end_offset,
-            poll_interval=poll_interval,
+            poll_interval_ms=check_optional_ms(
+                "SimpleConsumer.messages", "poll_interval_ms", poll_interval_ms, poll_interval
+            ),
             fetch_size=fetch_size,
         )
         async with contextlib.aclosing(batches):  # closing this closes the prefetch too

@@ -6,24 +6,43 @@ constructor checks its numeric parameters with these helpers instead, which rais
 :class:`~aiokafka07.errors.InvalidConfigError` naming the parameter and the value.
 Booleans are not numbers here (``True`` is an ``int`` to Python, never a batch size), and
 non-finite floats are refused (every wait has a timeout).
+
+Every duration a user passes is in milliseconds, in a parameter named ``*_ms``, as in
+aiokafka. Parameters that took seconds under another name keep working for one release
+through :func:`check_ms` / :func:`check_optional_ms` (which check a duration and take its
+deprecated seconds form), :func:`renamed_to_ms` under them, and
+:func:`renamed_options_to_ms` for options passed on to another class: each converts the
+seconds and warns with a :class:`DeprecationWarning` naming the new keyword.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import InvalidConfigError
 
-__all__ = ["check_int", "check_number", "check_optional_int"]
+__all__ = [
+    "check_int",
+    "check_ms",
+    "check_number",
+    "check_optional_int",
+    "check_optional_ms",
+    "check_optional_number",
+    "renamed_options_to_ms",
+    "renamed_to_ms",
+]
 
 
 def _describe(minimum: float | None, maximum: float | None, above: bool) -> str:
     if minimum is not None and maximum is not None:
-        return f"from {minimum} to {maximum}"
+        return f" from {minimum} to {maximum}"
     if minimum is not None:
-        return f"{'greater than' if above else 'of at least'} {minimum}"
+        return f" {'greater than' if above else 'of at least'} {minimum}"
     if maximum is not None:
-        return f"of at most {maximum}"
+        return f" of at most {maximum}"
     return ""
 
 
@@ -33,12 +52,12 @@ def check_int(
     """``value`` if it is an int (not a bool) within ``minimum..maximum``."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidConfigError(
-            f"{name} must be an integer {_describe(minimum, maximum, False)}, "
+            f"{name} must be an integer{_describe(minimum, maximum, False)}, "
             f"not the {type(value).__name__} {value!r}"
         )
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise InvalidConfigError(
-            f"{name} must be an integer {_describe(minimum, maximum, False)}, not {value}"
+            f"{name} must be an integer{_describe(minimum, maximum, False)}, not {value}"
         )
     return value
 
@@ -62,7 +81,7 @@ def check_number(
     ``minimum`` (greater than it with ``above``) and at most ``maximum``."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise InvalidConfigError(
-            f"{name} must be a number {_describe(minimum, maximum, above)}, "
+            f"{name} must be a number{_describe(minimum, maximum, above)}, "
             f"not the {type(value).__name__} {value!r}"
         )
     number = float(value)
@@ -72,6 +91,96 @@ def check_number(
         or (maximum is not None and number > maximum)
     ):
         raise InvalidConfigError(
-            f"{name} must be a finite number {_describe(minimum, maximum, above)}, not {value!r}"
+            f"{name} must be a finite number{_describe(minimum, maximum, above)}, not {value!r}"
         )
     return number
+
+
+def check_optional_number(
+    name: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    above: bool = False,
+    maximum: float | None = None,
+) -> float | None:
+    """None, or :func:`check_number`."""
+    if value is None:
+        return None
+    return check_number(name, value, minimum=minimum, above=above, maximum=maximum)
+
+
+def renamed_to_ms(
+    where: str, old: str, seconds: object, value: object, *, stacklevel: int = 3
+) -> object:
+    """The value for the millisecond parameter ``<old>_ms``: ``value``, unless the
+    deprecated seconds parameter ``old`` was given (is not None); then ``seconds`` in
+    milliseconds (a number, or each number of a tuple such as a (first delay, cap) pair),
+    with a :class:`DeprecationWarning` naming ``<old>_ms``. The deprecated keyword wins
+    when both are given. A ``seconds`` that is not a number raises
+    :class:`InvalidConfigError` naming ``old``; the caller checks the result under the
+    new name.
+
+    ``where`` names what was called (``"Producer"``, ``"Producer.close"``). The default
+    ``stacklevel`` points the warning at the code that called the function calling this.
+    """
+    if seconds is None:
+        return value
+    warnings.warn(
+        f"{where}({old}=<seconds>) is deprecated and goes in the next release: "
+        f"use {old}_ms=<milliseconds>",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    if isinstance(seconds, tuple):
+        return tuple(check_number(old, part) * 1000 for part in seconds)
+    return check_number(old, seconds) * 1000
+
+
+def check_ms(
+    where: str,
+    name: str,
+    value: object,
+    seconds: object = None,
+    *,
+    above: bool = False,
+    stacklevel: int = 3,
+) -> float:
+    """The duration parameter ``name`` (``<old>_ms``) of ``where``: ``value``, or the
+    deprecated ``seconds`` (its old name, without ``_ms``; see :func:`renamed_to_ms`),
+    checked: a finite number of milliseconds, at least 0 (greater with ``above``)."""
+    ms = check_optional_ms(where, name, value, seconds, above=above, stacklevel=stacklevel + 1)
+    return check_number(name, ms, minimum=0, above=above)  # None is refused here
+
+
+def check_optional_ms(
+    where: str,
+    name: str,
+    value: object,
+    seconds: object = None,
+    *,
+    above: bool = False,
+    stacklevel: int = 3,
+) -> float | None:
+    """:func:`check_ms` for a duration that may be None."""
+    given = renamed_to_ms(
+        where, name.removesuffix("_ms"), seconds, value, stacklevel=stacklevel + 1
+    )
+    return check_optional_number(name, given, minimum=0, above=above)
+
+
+def renamed_options_to_ms(
+    where: str, options: Mapping[str, Any], renamed: Iterable[str], *, stacklevel: int = 3
+) -> dict[str, Any]:
+    """``options`` (keyword arguments passed on to another class) with each deprecated
+    seconds key of ``renamed`` converted by :func:`renamed_to_ms` to its ``*_ms`` key, so
+    that the warning is given once, here, and points at the caller's caller."""
+    result = dict(options)
+    for old in renamed:
+        if result.get(old) is not None:
+            seconds = result.pop(old)
+            new = f"{old}_ms"
+            result[new] = renamed_to_ms(
+                where, old, seconds, result.get(new), stacklevel=stacklevel + 1
+            )
+    return result

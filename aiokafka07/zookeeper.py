@@ -96,9 +96,9 @@ class ZooKeeper:
         self,
         connect: str,
         *,
-        session_timeout_ms: int = 6000,
-        connection_timeout_ms: int = 6000,
-        operation_timeout_ms: int | None = None,
+        session_timeout_ms: float = 6000,
+        connection_timeout_ms: float = 6000,
+        operation_timeout_ms: float | None = None,
     ) -> None:
         self.connect = connect
         self.servers, self.chroot = parse_connect_string(connect)

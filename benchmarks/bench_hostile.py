@@ -72,7 +72,7 @@ async def round_trips(conn: BrokerConnection, stop: asyncio.Event) -> list[float
 
 async def window(address: BrokerAddress, bomb: bytes | None, quiet_s: float) -> dict[str, float]:
     """The healthy client's round trips while ``bomb`` is refused (or for ``quiet_s``)."""
-    healthy = await BrokerConnection.open(address, request_timeout=60)
+    healthy = await BrokerConnection.open(address, request_timeout_ms=60_000)
     stop = asyncio.Event()
     task = asyncio.create_task(round_trips(healthy, stop))
     await asyncio.sleep(0.05)

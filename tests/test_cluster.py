@@ -35,6 +35,7 @@ from aiokafka07.znodes import parse_broker_registration
 from aiokafka07.zookeeper import ZooKeeper
 
 WAIT = 10.0  # upper bound for anything a watch should deliver
+WAIT_MS = WAIT * 1000
 
 KafkaClusterFactory = Callable[..., KafkaCluster]
 
@@ -164,9 +165,9 @@ async def test_static_cluster() -> None:
         assert cluster.partitions("any") == [(2, 0), (10, 0)]
         assert cluster.topics() == set()
         await cluster.refresh()
-        await cluster.wait_for(lambda c: 10 in c.brokers, 0.1)
+        await cluster.wait_for(lambda c: 10 in c.brokers, timeout_ms=100)
         with pytest.raises(ClusterTimeoutError):
-            await cluster.wait_for(lambda c: 3 in c.brokers, 0.05)
+            await cluster.wait_for(lambda c: 3 in c.brokers, timeout_ms=50)
         assert events.empty()
     assert asyncio.all_tasks() == before
 
@@ -219,7 +220,7 @@ async def test_bootstrap_then_merge(kafka_cluster: KafkaClusterFactory, zookeepe
         kafka_cluster(2, num_partitions=2) as kafka,
         ZooKeeperCluster(zookeeper) as cluster,
     ):
-        await cluster.wait_for(lambda c: len(c.brokers) == 2, WAIT)
+        await cluster.wait_for(lambda c: len(c.brokers) == 2, timeout_ms=WAIT_MS)
         events = cluster.subscribe()
         # Nobody registered "new": partition 0 of every live broker, stored.
         assert cluster.partitions("new") == [(0, 0), (1, 0)]
@@ -227,10 +228,10 @@ async def test_bootstrap_then_merge(kafka_cluster: KafkaClusterFactory, zookeepe
         assert await events.get() == TopicChanged("new", ((0, 0), (1, 0)))
         # Broker 0 registers it: its real partitions join; broker 1 keeps its partition 0.
         await produce(kafka.broker(0), "new")
-        await cluster.wait_for(has("new", (0, 1)), WAIT)
+        await cluster.wait_for(has("new", (0, 1)), timeout_ms=WAIT_MS)
         assert cluster.partitions("new") == [(0, 0), (0, 1), (1, 0)]
         await produce(kafka.broker(1), "new")
-        await cluster.wait_for(has("new", (1, 1)), WAIT)
+        await cluster.wait_for(has("new", (1, 1)), timeout_ms=WAIT_MS)
         assert cluster.partitions("new") == [(0, 0), (0, 1), (1, 0), (1, 1)]
         # A refresh rebuilds the view from the registrations (as 0.7.2's retry does).
         await cluster.refresh()
@@ -246,7 +247,7 @@ async def test_no_brokers_at_all(zookeeper: str) -> None:
         assert await sim.exists("/brokers/topics")  # created (persistent) by the view
         assert await sim.get_data("/brokers/topics") is None
         await sim.create_ephemeral("/brokers/ids/4", "c:127.0.0.1:4444")
-        await cluster.wait_for(lambda c: 4 in c.brokers, WAIT)
+        await cluster.wait_for(lambda c: 4 in c.brokers, timeout_ms=WAIT_MS)
         assert cluster.partitions("t") == [(4, 0)]
 
 
@@ -282,15 +283,15 @@ async def test_brokers_join_leave_return_and_move(
 
             # Returns (re-registering the topic it has on disk): back with its partitions.
             await kafka.start_broker(1)
-            await cluster.wait_for(has("t", (1, 0), (1, 1)), WAIT)
+            await cluster.wait_for(has("t", (1, 0), (1, 1)), timeout_ms=WAIT_MS)
             assert cluster.brokers[1] == address(kafka.broker(1))
 
             # Restarts on another port: whatever the interleaving, the new address wins.
             await kafka.stop_broker(1)
             kafka.broker(1).config.port = 0
             moved = await kafka.start_broker(1)
-            await cluster.wait_for(lambda c: c.brokers.get(1) == address(moved), WAIT)
-            await cluster.wait_for(has("t", (1, 0), (1, 1)), WAIT)
+            await cluster.wait_for(lambda c: c.brokers.get(1) == address(moved), timeout_ms=WAIT_MS)
+            await cluster.wait_for(has("t", (1, 0), (1, 1)), timeout_ms=WAIT_MS)
 
 
 async def test_broker_moved_event(zookeeper: str, sim: ZooKeeper) -> None:
@@ -325,19 +326,19 @@ async def test_merge_rule(zookeeper: str, sim: ZooKeeper) -> None:
         # Broker 1 lowers its count to 1 (and broker 2 raises to 2, so we know when the
         # change was processed): broker 1's entries stay.
         await replace(sim, {"/brokers/topics/m/1": "1", "/brokers/topics/m/2": "2"})
-        await cluster.wait_for(has("m", (2, 1)), WAIT)
+        await cluster.wait_for(has("m", (2, 1)), timeout_ms=WAIT_MS)
         assert cluster.partitions("m") == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
 
         # Broker 1 stops listing the topic at all: still nothing removed.
         await sim.delete("/brokers/topics/m/1")
         await sim.create_ephemeral("/brokers/topics/m/3", "1")  # not alive: filtered
         await sim.create_ephemeral("/brokers/topics/other/2", "2")
-        await cluster.wait_for(has("other", (2, 1)), WAIT)
+        await cluster.wait_for(has("other", (2, 1)), timeout_ms=WAIT_MS)
         assert cluster.partitions("m") == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
 
         # Broker 5 comes alive: the registration read earlier is merged in.
         await sim.create_ephemeral("/brokers/ids/5", "c:127.0.0.1:9005")
-        await cluster.wait_for(has("m", (5, 0), (5, 1)), WAIT)
+        await cluster.wait_for(has("m", (5, 0), (5, 1)), timeout_ms=WAIT_MS)
 
         # Only a broker's death removes its entries, from every topic.
         events = cluster.subscribe()
@@ -345,7 +346,7 @@ async def test_merge_rule(zookeeper: str, sim: ZooKeeper) -> None:
         assert await next_event(events, lambda e: True) == BrokerRemoved(1)
         assert cluster.partitions("m") == [(2, 0), (2, 1), (5, 0), (5, 1)]
         await sim.delete("/brokers/ids/2")
-        await cluster.wait_for(lambda c: 2 not in c.brokers, WAIT)
+        await cluster.wait_for(lambda c: 2 not in c.brokers, timeout_ms=WAIT_MS)
         assert cluster.partitions("other") == [(5, 0)]  # nothing left: bootstrap again
 
 
@@ -385,7 +386,7 @@ async def test_session_expiry_reloads_and_rearms(
         kafka_cluster(1, num_partitions=2) as kafka,
         ZooKeeperCluster(zookeeper, session_timeout_ms=1500) as cluster,
     ):
-        await cluster.wait_for(lambda c: 0 in c.brokers, WAIT)
+        await cluster.wait_for(lambda c: 0 in c.brokers, timeout_ms=WAIT_MS)
         zk = cluster.zookeeper
         old_session = zk.session_id
         assert old_session is not None
@@ -402,16 +403,16 @@ async def test_session_expiry_reloads_and_rearms(
         else:
             raise AssertionError("no new session")
         # The reload on the new session finds it.
-        await cluster.wait_for(lambda c: 1 in c.brokers, WAIT)
+        await cluster.wait_for(lambda c: 1 in c.brokers, timeout_ms=WAIT_MS)
         await cluster.refresh()
         assert cluster.brokers == {b.broker_id: address(b) for b in kafka.running}
         # Watches work on the new session: later changes are seen.
         await kafka.start_broker(kafka.add_broker(2).broker_id)
-        await cluster.wait_for(lambda c: 2 in c.brokers, WAIT)
+        await cluster.wait_for(lambda c: 2 in c.brokers, timeout_ms=WAIT_MS)
         await produce(kafka.broker(2), "after")
-        await cluster.wait_for(has("after", (2, 1)), WAIT)
+        await cluster.wait_for(has("after", (2, 1)), timeout_ms=WAIT_MS)
         await kafka.stop_broker(0)
-        await cluster.wait_for(lambda c: 0 not in c.brokers, WAIT)
+        await cluster.wait_for(lambda c: 0 not in c.brokers, timeout_ms=WAIT_MS)
 
 
 async def write_persistent(connect: str, nodes: dict[str, str]) -> None:
@@ -441,7 +442,7 @@ async def test_server_restart_and_outage() -> None:
             await write_persistent(connect, {"/brokers/ids/2": "c:127.0.0.1:9002"})
             await write_persistent(connect, {"/brokers/topics/t/2": "2"})
             assert cl.partitions("t") == [(1, 0), (1, 1)]  # not noticed yet
-            await cl.wait_for(has("t", (2, 1)), 2 * WAIT)
+            await cl.wait_for(has("t", (2, 1)), timeout_ms=2 * WAIT_MS)
             assert cl.zookeeper.session_id == session
 
             # A long outage: the last view is served and a refresh fails cleanly.
@@ -463,7 +464,7 @@ async def test_server_restart_and_outage() -> None:
             await asyncio.to_thread(server.start)
             await write_persistent(connect, {"/brokers/ids/3": "c:127.0.0.1:9003"})
             await write_persistent(connect, {"/brokers/topics/t/3": "2"})
-            await cl.wait_for(has("t", (3, 1)), 3 * WAIT)
+            await cl.wait_for(has("t", (3, 1)), timeout_ms=3 * WAIT_MS)
     finally:
         await asyncio.to_thread(server.close)
 

@@ -311,7 +311,7 @@ async def test_abort_fails_queued_requests_as_not_delivered(cluster: KafkaCluste
 async def test_request_timeout_closes_the_connection_and_fails_the_rest() -> None:
     async with GarbageServer() as server:  # reads requests, never answers
         conn = await BrokerConnection.open(
-            BrokerAddress(None, server.host, server.port), request_timeout=0.3
+            BrokerAddress(None, server.host, server.port), request_timeout_ms=300
         )
         started = time.monotonic()
         first = asyncio.ensure_future(conn.offsets("t", 0, LATEST))
@@ -413,7 +413,7 @@ async def test_a_peer_that_reads_nothing_times_the_writer_out() -> None:
     payloads = [b"p" * 100] * 1000
     frame_size = len(encode_produce_request("t", 0, encode_message_set(payloads)))
     async with Sink(reading=False) as address:
-        conn = await BrokerConnection.open(address, max_unsent_bytes=limit, request_timeout=0.5)
+        conn = await BrokerConnection.open(address, max_unsent_bytes=limit, request_timeout_ms=500)
         started = time.monotonic()
         peak = calls = 0
 
@@ -778,7 +778,7 @@ def offsets_frame(*offsets: int) -> bytes:
 
 async def open_garbage(server: GarbageServer, timeout: float = 1.0) -> BrokerConnection:
     return await BrokerConnection.open(
-        BrokerAddress(None, server.host, server.port), request_timeout=timeout
+        BrokerAddress(None, server.host, server.port), request_timeout_ms=timeout * 1000
     )
 
 

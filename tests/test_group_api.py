@@ -1,8 +1,8 @@
 """The group consumer's aiokafka-style API, method by method, against an embedded broker
 and a real ZooKeeper: stop and ConsumerStoppedError, commit of given offsets, seeks to the
 beginning / end / committed offsets, pause and resume, getmany / getone of chosen
-partitions, position, highwater, beginning and end offsets, metrics, value deserializers,
-and the deprecated seconds-based ``request_timeout``."""
+partitions, position, highwater, beginning and end offsets, metrics and value
+deserializers (the deprecated seconds-based ``request_timeout``: test_units)."""
 
 from __future__ import annotations
 
@@ -296,12 +296,3 @@ async def test_value_deserializer_and_a_value_it_cannot_read(
             assert (await asyncio.wait_for(consumer.getone(), 5)).value == 4
         finally:
             await consumer.close()
-
-
-def test_request_timeout_in_seconds_still_works_with_a_deprecation_warning() -> None:
-    with pytest.warns(DeprecationWarning, match="request_timeout_ms"):
-        consumer = Consumer(TOPIC, group="g", zookeeper="127.0.0.1:2181", request_timeout=2.5)
-    assert consumer._request_timeout == 2.5
-    assert Consumer(TOPIC, group="g", zookeeper="127.0.0.1:2181")._request_timeout == 30.0
-    with pytest.raises(ValueError, match="request_timeout_ms must be positive"):
-        Consumer(TOPIC, group="g", zookeeper="127.0.0.1:2181", request_timeout_ms=0)

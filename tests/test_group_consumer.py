@@ -438,7 +438,9 @@ async def test_stopped_broker_partitions_leave_and_return(
             await cluster.start_broker(1)
             await wait_registered(zk, TOPIC, both)
             await wait_converged(zk, "g", members, {TOPIC: both})
-            await producer.cluster.wait_for(lambda c: len(c.partitions(TOPIC)) == 4, 10)
+            await producer.cluster.wait_for(
+                lambda c: len(c.partitions(TOPIC)) == 4, timeout_ms=10_000
+            )
             produced += await produce(producer, TOPIC, partitions_of(both), 5, "c")
             await wait_delivered(collectors, produced)
             await asyncio.sleep(0.2)

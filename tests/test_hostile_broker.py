@@ -52,7 +52,7 @@ async def broker(tmp_path: Path) -> AsyncIterator[tuple[int, BrokerAddress]]:
 async def round_trips(address: BrokerAddress, stop: asyncio.Event) -> list[float]:
     """When each OFFSETS round trip of a healthy client, sent back to back until
     ``stop``, completed."""
-    conn = await BrokerConnection.open(address, request_timeout=30)
+    conn = await BrokerConnection.open(address, request_timeout_ms=30_000)
     done = []
     try:
         while not stop.is_set():

@@ -118,7 +118,7 @@ async def test_records_arrive_formatted_from_threads_and_asyncio(
         except ValueError:
             logger.exception("it failed")
         await asyncio.to_thread(lambda: [thread.join() for thread in threads])
-        assert await handler.aflush(30)
+        assert await handler.aflush(timeout_ms=30_000)
         stats = handler.stats()
         assert (stats.accepted, stats.delivered, stats.dropped, stats.waiting) == (301, 301, 0, 0)
         values = await topic_values(cluster, "app-logs")
@@ -149,12 +149,12 @@ async def test_broker_down_drops_are_counted_and_reported_once(
         logger = app_logger(handler)
         for i in range(10):
             logger.info("before %d", i)
-        assert await handler.aflush(30)
+        assert await handler.aflush(timeout_ms=30_000)
         assert handler.stats().delivered == 10
         await cluster.stop_broker(0)
         # 200 records while the broker is down: every call prompt, nothing raises.
         assert timed_calls(lambda i: logger.info("while down %d", i), 200) < PROMPT
-        assert await handler.aflush(30)
+        assert await handler.aflush(timeout_ms=30_000)
         stats = handler.stats()
         assert (stats.delivered, stats.dropped, stats.waiting) == (10, 200, 0)
         drops = [m for m in reports.messages if "are being dropped" in m]
@@ -166,7 +166,7 @@ async def test_broker_down_drops_are_counted_and_reported_once(
         async def delivered_again() -> bool:
             sent.append(f"after {len(sent)}")
             logger.info(sent[-1])
-            await handler.aflush(10)
+            await handler.aflush(timeout_ms=10_000)
             return handler.stats().delivered > 10
 
         await eventually(delivered_again, timeout=30)
@@ -196,13 +196,13 @@ async def test_kafka_unreachable_from_the_start(
     dead = f"127.0.0.1:{unused_port()}"
     address = {where: dead if where == "zookeeper" else f"0:{dead}"}
     started = time.perf_counter()
-    handler = KafkaHandler("nowhere", **address, close_timeout=1.0)  # type: ignore[arg-type]
+    handler = KafkaHandler("nowhere", **address, close_timeout_ms=1000)  # type: ignore[arg-type]
     assert time.perf_counter() - started < PROMPT  # no I/O in the constructor
     logger = app_logger(handler)
     assert timed_calls(lambda i: logger.error("record %d", i), 100) < PROMPT
     # On this event loop's thread flush() does not wait: it says records still wait.
     started = time.perf_counter()
-    assert handler.wait_delivered(10) is False
+    assert handler.wait_delivered(timeout_ms=10_000) is False
     assert time.perf_counter() - started < PROMPT
     started = time.perf_counter()
     await handler.aclose()  # the close timeout bounds it
@@ -218,7 +218,10 @@ async def test_asyncio_loop_keeps_running_while_kafka_is_down(
     app_logger: Callable[[KafkaHandler], logging.Logger],
 ) -> None:
     handler = KafkaHandler(
-        "lag", brokers=f"0:127.0.0.1:{unused_port()}", max_buffered_records=100, close_timeout=2.0
+        "lag",
+        brokers=f"0:127.0.0.1:{unused_port()}",
+        max_buffered_records=100,
+        close_timeout_ms=2000,
     )
     logger = app_logger(handler)
     gaps: list[float] = []
@@ -264,7 +267,7 @@ async def test_a_crashing_sender_is_restarted(
         logger = app_logger(handler)
         for message in ["a", "boom", "b"]:
             logger.info(message)
-        assert await handler.aflush(30)
+        assert await handler.aflush(timeout_ms=30_000)
         stats = handler.stats()
         assert (stats.delivered, stats.dropped) == (2, 1)
         assert await topic_values(cluster, "crash-logs") == ["a", "b"]
@@ -298,7 +301,7 @@ async def test_truncates_and_refuses_bad_configuration(
         logger = app_logger(handler)
         logger.info("é" * 100)  # 200 bytes of UTF-8
         logger.info("short")
-        assert await handler.aflush(30)
+        assert await handler.aflush(timeout_ms=30_000)
         assert handler.stats().truncated == 1
         assert await topic_values(cluster, "cut") == ["é" * 25, "short"]
 

@@ -115,7 +115,7 @@ async def test_backoff_grows_on_failures_and_resets_after_success(
 ) -> None:
     address = address_of(cluster)
     base, cap = 0.1, 0.4
-    async with ConnectionPool(reconnect_backoff=(base, cap)) as pool:
+    async with ConnectionPool(reconnect_backoff_ms=(base * 1000, cap * 1000)) as pool:
         await cluster.stop_broker(0)
 
         async def failing_attempt() -> float:
@@ -233,7 +233,7 @@ async def test_close_fails_what_does_not_finish_in_time() -> None:
         tasks = [asyncio.ensure_future(conn.offsets("t", 0, LATEST)) for _ in range(10)]
         await asyncio.sleep(0.05)
         started = time.monotonic()
-        await pool.close(timeout=0.2)
+        await pool.close(timeout_ms=200)
         assert 0.15 <= time.monotonic() - started < 2
         results = await asyncio.gather(*tasks, return_exceptions=True)
         for result in results:
@@ -267,7 +267,7 @@ async def test_refused_connection_with_a_bound_port() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         address = BrokerAddress(1, "127.0.0.1", sock.getsockname()[1])
-        async with ConnectionPool(reconnect_backoff=(0.01, 0.01)) as pool:
+        async with ConnectionPool(reconnect_backoff_ms=(10, 10)) as pool:
             for _ in range(3):
                 with pytest.raises(KafkaConnectionError):
                     await asyncio.wait_for(pool.connection(address), 5)

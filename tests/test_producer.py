@@ -197,7 +197,7 @@ async def test_broker_killed_during_load_loses_nothing(kafka_cluster: Any, zooke
                     await cluster.crash_broker(1)
                 if i == 5000:
                     await cluster.start_broker(1)
-                    await p.cluster.wait_for(lambda c: 1 in c.brokers, 15)
+                    await p.cluster.wait_for(lambda c: 1 in c.brokers, timeout_ms=15_000)
                 if i % 500 == 0:
                     await asyncio.sleep(0.01)
             _, pending = await asyncio.wait(futures, timeout=60)
@@ -249,7 +249,7 @@ async def test_close_under_load_delivers_everything_accepted(kafka_cluster: Any)
 async def test_close_names_what_was_not_delivered(kafka_cluster: Any) -> None:
     async with kafka_cluster(1, zookeeper=None) as cluster:
         p = Producer(
-            brokers=cluster.broker_list, retries=1, retry_backoff_ms=10, connect_timeout=0.5
+            brokers=cluster.broker_list, retries=1, retry_backoff_ms=10, connect_timeout_ms=500
         )
         await p.start()
         await cluster.stop_broker(0)
@@ -449,7 +449,7 @@ async def test_create_batch_and_send_batch(kafka_cluster: Any, zookeeper: str) -
             zookeeper=zookeeper, compression="gzip", batch_size=50, value_serializer=str.encode
         ) as p:
             await p.send_and_wait("batched", "seed", partition=(0, 1))
-            await p.cluster.wait_for(lambda c: len(c.partitions("batched")) == 2, 10)
+            await p.cluster.wait_for(lambda c: len(c.partitions("batched")) == 2, timeout_ms=10_000)
             assert await p.partitions_for("batched") == [(0, 0), (0, 1)]
             batch = p.create_batch()
             positions = [batch.append(f"v{i}") for i in range(60)]

@@ -30,7 +30,7 @@ from .test_connection import offsets_frame, outcome
 from .test_producer import all_values, read_logs
 from .wire import eventually
 
-FAST = {"request_timeout": 0.5, "retries": 1, "retry_backoff_ms": 10, "linger_ms": 0}
+FAST = {"request_timeout_ms": 500, "retries": 1, "retry_backoff_ms": 10, "linger_ms": 0}
 
 
 def static(server: GarbageServer) -> str:
@@ -40,7 +40,7 @@ def static(server: GarbageServer) -> str:
 async def closed_in_time(producer: Producer, timeout: float, bound: float) -> Exception | None:
     """Close; assert it returned within ``bound`` seconds; return what it raised."""
     started = time.monotonic()
-    result = await outcome(producer.close(timeout=timeout), bound + 5)
+    result = await outcome(producer.close(timeout_ms=timeout * 1000), bound + 5)
     assert time.monotonic() - started < bound
     return result
 
@@ -155,7 +155,7 @@ async def test_bad_partition_pairs_are_refused_at_send(kafka_cluster: Any, parti
 async def test_interrupted_flush_then_close_ends_everything_in_time() -> None:
     before = asyncio.all_tasks()
     async with GarbageServer() as server:  # reads everything, answers nothing
-        producer = Producer(brokers=static(server), request_timeout=30, linger_ms=1000)
+        producer = Producer(brokers=static(server), request_timeout_ms=30_000, linger_ms=1000)
         await producer.start()
         futures = [await producer.send("t", b"m%d" % i) for i in range(2500)]
         with pytest.raises(asyncio.TimeoutError):
@@ -192,7 +192,7 @@ async def test_the_block_exception_is_never_hidden_by_close(kafka_cluster: Any) 
     futures: list[asyncio.Future[Any]] = []
 
     async def application(broker_list: str, stop: Any) -> None:
-        async with Producer(brokers=broker_list, retries=0, connect_timeout=0.5) as producer:
+        async with Producer(brokers=broker_list, retries=0, connect_timeout_ms=500) as producer:
             await stop()
             futures.append(await producer.send("gone", b"x"))
             raise LookupError("the application's own error")
@@ -209,7 +209,7 @@ async def test_the_block_exception_is_never_hidden_by_close(kafka_cluster: Any) 
 
     async def quiet_application() -> None:
         async with Producer(
-            brokers=f"0:127.0.0.1:{_free_port()}", retries=0, connect_timeout=0.5
+            brokers=f"0:127.0.0.1:{_free_port()}", retries=0, connect_timeout_ms=500
         ) as producer:
             await producer.send("gone", b"x")
 

@@ -63,7 +63,7 @@ async def test_broker_process_killed_mid_send_loses_no_confirmed_message(
                 linger_ms=1,
                 retries=10,
                 retry_backoff_ms=50,
-                request_timeout=5.0,
+                request_timeout_ms=5000,
             ) as producer,
         ):
             await asyncio.gather(*[await producer.send(TOPIC, b"warm") for _ in range(40)])
@@ -111,4 +111,4 @@ async def test_broker_process_killed_mid_send_loses_no_confirmed_message(
         assert any(r.broker_id == 1 for r in results)  # the killed broker had taken some
     finally:
         for process in processes.values():
-            await stop_broker_process(process, timeout=10)
+            await stop_broker_process(process, timeout_ms=10_000)

@@ -306,7 +306,7 @@ async def test_polling_picks_up_messages_produced_later(cluster: KafkaCluster) -
         got: list[ConsumerRecord] = []
 
         async def consume() -> None:
-            async for record in consumer.messages("poll", 0, 0, poll_interval=0.02):
+            async for record in consumer.messages("poll", 0, 0, poll_interval_ms=20):
                 got.append(record)
                 if len(got) == len(payloads):
                     break
@@ -321,7 +321,9 @@ async def test_polling_picks_up_messages_produced_later(cluster: KafkaCluster) -
         feeder = asyncio.ensure_future(produce_later())
         target = expected[-1].offset + 2 * entry_size(len(b"later-0-0"))
         more = await collect(
-            consumer.messages("poll", 0, expected[-1].offset, end_offset=target, poll_interval=0.02)
+            consumer.messages(
+                "poll", 0, expected[-1].offset, end_offset=target, poll_interval_ms=20
+            )
         )
         assert [r.value for r in more] == [b"later-0-0", b"later-0-1"]
         assert more[-1].offset == target
@@ -462,7 +464,7 @@ async def test_iteration_survives_a_broker_restart(cluster: KafkaCluster) -> Non
         got: list[bytes] = []
 
         async def consume() -> None:
-            async for record in consumer.messages("ri", 0, 0, poll_interval=0.02):
+            async for record in consumer.messages("ri", 0, 0, poll_interval_ms=20):
                 got.append(record.value)
                 if len(got) == 2:  # a prefetch is in flight on the old connection
                     await cluster.restart_broker(0)
@@ -484,7 +486,7 @@ async def test_a_broken_connection_is_retried_once_on_a_fresh_one() -> None:
     hang_up = [Reply(close=True)]
     answer = [Reply(fetch_answer([b"x"]))]
     async with GarbageServer(hang_up, answer) as server:
-        consumer = SimpleConsumer(server.host, server.port, request_timeout=2)
+        consumer = SimpleConsumer(server.host, server.port, request_timeout_ms=2000)
         async with consumer:
             result = await asyncio.wait_for(consumer.fetch("t", 0, 0), 5)
             assert [r.value for r in result.messages] == [b"x"]
@@ -494,7 +496,7 @@ async def test_a_broken_connection_is_retried_once_on_a_fresh_one() -> None:
 
     async with (
         GarbageServer(hang_up, [Reply(encode_offsets_response([77]))]) as server,
-        SimpleConsumer(server.host, server.port, request_timeout=2) as consumer,
+        SimpleConsumer(server.host, server.port, request_timeout_ms=2000) as consumer,
     ):
         assert await asyncio.wait_for(consumer.offsets_before("t", 0, LATEST), 5) == [77]
         assert server.connections == 2
@@ -502,7 +504,7 @@ async def test_a_broken_connection_is_retried_once_on_a_fresh_one() -> None:
     multi = [Reply(encode_multifetch_response([(0, encode_message_set([b"m"]))]))]
     async with (
         GarbageServer(hang_up, multi) as server,
-        SimpleConsumer(server.host, server.port, request_timeout=2) as consumer,
+        SimpleConsumer(server.host, server.port, request_timeout_ms=2000) as consumer,
     ):
         results = await asyncio.wait_for(consumer.multifetch([("t", 0, 0, 100)]), 5)
         assert [r.value for r in results[0].messages] == [b"m"]
@@ -512,7 +514,7 @@ async def test_a_broken_connection_is_retried_once_on_a_fresh_one() -> None:
 async def test_only_one_retry() -> None:
     async with (
         GarbageServer([Reply(close=True)]) as server,  # every connection hangs up
-        SimpleConsumer(server.host, server.port, request_timeout=2) as consumer,
+        SimpleConsumer(server.host, server.port, request_timeout_ms=2000) as consumer,
     ):
         with pytest.raises(KafkaConnectionError) as info:
             await asyncio.wait_for(consumer.fetch("t", 0, 0), 5)
@@ -524,7 +526,7 @@ async def test_only_one_retry() -> None:
 async def test_a_timeout_is_not_retried() -> None:
     async with (
         GarbageServer() as server,  # never answers
-        SimpleConsumer(server.host, server.port, request_timeout=0.3) as consumer,
+        SimpleConsumer(server.host, server.port, request_timeout_ms=300) as consumer,
     ):
         started = time.monotonic()
         with pytest.raises(RequestTimeoutError):
@@ -538,7 +540,7 @@ async def test_iteration_retries_a_broken_connection_once() -> None:
     answers = [Reply(fetch_answer([b"one", b"two"])), Reply(encode_fetch_response(0))]
     async with (
         GarbageServer(hang_up, answers) as server,
-        SimpleConsumer(server.host, server.port, request_timeout=2) as consumer,
+        SimpleConsumer(server.host, server.port, request_timeout_ms=2000) as consumer,
     ):
         got = await collect(consumer.messages("t", 0, 0), 5)
         assert [(r.value, r.offset) for r in got] == [

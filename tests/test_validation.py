@@ -1,6 +1,6 @@
 """Bad configuration is refused at construction, naming the parameter, for every numeric
-parameter of Producer, BrokerConnection, ConnectionPool and SimpleConsumer (wrong type,
-negative, zero where meaningless, not finite)."""
+parameter of Producer, BrokerConnection, ConnectionPool, SimpleConsumer and the group
+Consumer (wrong type, negative, zero where meaningless, not finite)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,19 @@ from typing import Any
 
 import pytest
 
-from aiokafka07 import BrokerAddress, BrokerConnection, ConnectionPool, Producer, SimpleConsumer
+from aiokafka07 import (
+    BrokerAddress,
+    BrokerConnection,
+    ConnectionPool,
+    Consumer,
+    Producer,
+    SimpleConsumer,
+)
 from aiokafka07.errors import InvalidConfigError, InvalidTopicError, KafkaError
 
 ADDRESS = BrokerAddress(0, "127.0.0.1", 1)
 STATIC = "0:127.0.0.1:1"
+ZK = "127.0.0.1:1"
 
 PRODUCER: list[tuple[str, Any]] = [
     ("batch_size", 0),
@@ -33,10 +41,10 @@ PRODUCER: list[tuple[str, Any]] = [
     ("retry_backoff_ms", 0),
     ("retry_backoff_ms", float("inf")),
     ("max_message_size", 0),
-    ("request_timeout", "x"),
-    ("request_timeout", 0),
-    ("request_timeout", -1.0),
-    ("connect_timeout", None),
+    ("request_timeout_ms", "x"),
+    ("request_timeout_ms", 0),
+    ("request_timeout_ms", -1.0),
+    ("connect_timeout_ms", None),
     ("confirm", "yes"),
     ("on_unconfirmed", "maybe"),
     ("compression", "lz4"),
@@ -65,10 +73,10 @@ def test_producer_compressed_topics_are_topic_names() -> None:
 
 
 CONNECTION: list[tuple[str, Any]] = [
-    ("connect_timeout", 0),
-    ("connect_timeout", "5"),
-    ("request_timeout", -1),
-    ("request_timeout", float("inf")),
+    ("connect_timeout_ms", 0),
+    ("connect_timeout_ms", "5"),
+    ("request_timeout_ms", -1),
+    ("request_timeout_ms", float("inf")),
     ("send_buffer", 0),
     ("receive_buffer", -1),
     ("receive_buffer", 1.0),
@@ -91,9 +99,10 @@ def test_connection_and_pool_refuse_bad_parameters(name: str, value: Any) -> Non
     [
         {"connections_per_broker": 0},
         {"connections_per_broker": "2"},
-        {"reconnect_backoff": (0, 1)},
-        {"reconnect_backoff": (2, 1)},
-        {"reconnect_backoff": 5},
+        {"reconnect_backoff_ms": (0, 1)},
+        {"reconnect_backoff_ms": (2, 1)},
+        {"reconnect_backoff_ms": 5},
+        {"reconnect_backoff_ms": ("50", 100)},
     ],
     ids=repr,
 )
@@ -110,8 +119,8 @@ SIMPLE: list[tuple[str, Any]] = [
     ("fetch_size", 0),
     ("fetch_size", 2.5),
     ("max_fetch_size", 10),
-    ("request_timeout", 0),
-    ("connect_timeout", -2),
+    ("request_timeout_ms", 0),
+    ("connect_timeout_ms", -2),
     ("receive_buffer", 0),
     ("pool", object()),
 ]
@@ -123,8 +132,56 @@ def test_simple_consumer_refuses_bad_parameters(name: str, value: Any) -> None:
         SimpleConsumer("127.0.0.1", **{"port": 9092, **{name: value}})
 
 
+CONSUMER: list[tuple[str, Any]] = [
+    ("auto_offset_reset", "earliest"),
+    ("streams", "2"),
+    ("fetch_size", 0),
+    ("fetch_size", "1M"),
+    ("fetch_size", 1.5),
+    ("fetch_size", True),
+    ("max_fetch_size", 10),
+    ("max_decompressed_bytes", 0),
+    ("max_prefetch_bytes", -1),
+    ("auto_commit_interval_ms", 0),
+    ("auto_commit_interval_ms", "10s"),
+    ("consumer_timeout_ms", "5000"),
+    ("consumer_timeout_ms", float("nan")),
+    ("fetch_backoff_ms", 0),
+    ("fetch_backoff_ms", None),
+    ("rebalance_backoff_ms", -1),
+    ("rebalance_backoff_ms", float("inf")),
+    ("rebalance_max_retries", 0),
+    ("rebalance_max_retries", 2.0),
+    ("session_timeout_ms", "6s"),
+    ("connection_timeout_ms", float("inf")),
+    ("request_timeout_ms", 0),
+    ("request_timeout_ms", False),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), CONSUMER, ids=[f"{n}={v!r}" for n, v in CONSUMER])
+def test_group_consumer_refuses_bad_parameters(name: str, value: Any) -> None:
+    with pytest.raises(InvalidConfigError, match=name) as info:
+        Consumer("t", group="g", zookeeper=ZK, **{"fetch_size": 100, name: value})
+    assert isinstance(info.value, ValueError)  # what it raised before
+    assert isinstance(info.value, TypeError)
+
+
 def test_good_parameters_pass() -> None:
-    Producer(brokers=STATIC, linger_ms=0, request_timeout=0.5, retries=0, batch_size=1)
-    BrokerConnection(ADDRESS, request_timeout=1, connect_timeout=0.1, send_buffer=None)
+    Producer(brokers=STATIC, linger_ms=0, request_timeout_ms=500, retries=0, batch_size=1)
+    BrokerConnection(ADDRESS, request_timeout_ms=1, connect_timeout_ms=0.5, send_buffer=None)
     SimpleConsumer("127.0.0.1", 9092, broker_id=0, fetch_size=1, max_fetch_size=1)
-    ConnectionPool(connections_per_broker=2, reconnect_backoff=(0.01, 0.01))
+    ConnectionPool(connections_per_broker=2, reconnect_backoff_ms=(10, 10))
+    Consumer("t", group="g", zookeeper=ZK, fetch_size=1, max_fetch_size=1, request_timeout_ms=1)
+    Consumer(
+        "t",
+        group="g",
+        zookeeper=ZK,
+        auto_commit_interval_ms=0.5,
+        consumer_timeout_ms=0,
+        fetch_backoff_ms=1.5,
+        rebalance_max_retries=1,
+        session_timeout_ms=1,
+        max_decompressed_bytes=1,
+    )
+    Consumer({"t": 2}, group="g", zookeeper=ZK, streams=0)  # the map says how many

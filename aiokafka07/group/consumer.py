@@ -33,17 +33,23 @@ import asyncio
 import logging
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..backoff import Backoff
-from ..errors import ConsumerStoppedError, IllegalStateError
+from ..errors import ConsumerStoppedError, IllegalStateError, InvalidConfigError
 from ..fetch_size import decompression_bound
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
+from ..validation import (
+    check_int,
+    check_ms,
+    check_number,
+    check_optional_int,
+    check_optional_number,
+)
 from ..znodes import GroupRegistry, consumer_id
 from ..zookeeper import ZooKeeper
 from .coordinator import LEASE_FRACTION, Coordinator, GroupSettings, RebalanceListener
@@ -65,7 +71,9 @@ class Consumer:
     ``topics`` are names (``streams`` streams each) or a map topic → streams; or give
     ``whitelist`` / ``blacklist`` (a 0.7.2 topic filter) instead. ``auto_offset_reset`` is
     ``"smallest"`` (0.7.2's default), ``"largest"`` or ``"error"``. Every duration is in
-    milliseconds (``*_ms``).
+    milliseconds (``*_ms``; ``request_timeout``, in seconds, is the deprecated name of
+    ``request_timeout_ms``). A bad value or type raises
+    :class:`~aiokafka07.errors.InvalidConfigError` naming the parameter.
 
     Errors of a partition's data or fetches (a corrupt message, a message larger than
     ``max_fetch_size``, a broker error code such as InvalidPartition, OffsetOutOfRange with
@@ -93,7 +101,7 @@ class Consumer:
         blacklist: str | None = None,
         auto_offset_reset: str = "smallest",
         auto_commit: bool = True,
-        auto_commit_interval_ms: int = 10000,
+        auto_commit_interval_ms: float = 10000,
         consumer_timeout_ms: float | None = None,
         fetch_size: int = 1048576,
         max_fetch_size: int = 64 * 1048576,
@@ -105,33 +113,36 @@ class Consumer:
         listener: RebalanceListener | None = None,
         value_deserializer: Callable[[bytes], Any] | None = None,
         consumer_id_suffix: str | None = None,
-        session_timeout_ms: int = 6000,
-        connection_timeout_ms: int = 6000,
-        request_timeout_ms: int = 30000,
+        session_timeout_ms: float = 6000,
+        connection_timeout_ms: float = 6000,
+        request_timeout_ms: float = 30000,
         shallow: bool = False,
         request_timeout: float | None = None,
     ) -> None:
         if auto_offset_reset not in _RESET_POLICIES:
-            raise ValueError("auto_offset_reset must be smallest, largest or error")
-        if request_timeout is not None:
-            warnings.warn(
-                "Consumer(request_timeout=<seconds>) is deprecated: use request_timeout_ms",
-                DeprecationWarning,
-                stacklevel=2,
+            raise InvalidConfigError(
+                f"auto_offset_reset must be smallest, largest or error, not {auto_offset_reset!r}"
             )
-            request_timeout_ms = int(request_timeout * 1000)
+        streams = check_int("streams", streams)  # the subscription checks the count
+        fetch_size = check_int("fetch_size", fetch_size, minimum=1)
+        max_fetch_size = check_int("max_fetch_size", max_fetch_size, minimum=fetch_size)
+        max_prefetch_bytes = check_int("max_prefetch_bytes", max_prefetch_bytes, minimum=1)
         for name, value in (
-            ("fetch_size", fetch_size),
-            ("max_prefetch_bytes", max_prefetch_bytes),
             ("auto_commit_interval_ms", auto_commit_interval_ms),
             ("fetch_backoff_ms", fetch_backoff_ms),
             ("rebalance_backoff_ms", rebalance_backoff_ms),
-            ("request_timeout_ms", request_timeout_ms),
         ):
-            if not value > 0:
-                raise ValueError(f"{name} must be positive, not {value!r}")
-        if max_fetch_size < fetch_size:
-            raise ValueError("max_fetch_size must be at least fetch_size")
+            check_number(name, value, minimum=0, above=True)
+        # Their range was never checked here (ZooKeeper has its own bounds): numbers only.
+        check_number("session_timeout_ms", session_timeout_ms)
+        check_number("connection_timeout_ms", connection_timeout_ms)
+        check_optional_number("consumer_timeout_ms", consumer_timeout_ms)
+        rebalance_max_retries = check_optional_int(
+            "rebalance_max_retries", rebalance_max_retries, minimum=1
+        )
+        request_timeout_ms = check_ms(
+            "Consumer", "request_timeout_ms", request_timeout_ms, request_timeout, above=True
+        )
         self.max_decompressed_bytes = decompression_bound(max_fetch_size, max_decompressed_bytes)
         self.subscription = _subscription(topics, streams, whitelist, blacklist)
         self.group = group
@@ -159,7 +170,7 @@ class Consumer:
             operation_timeout_ms=request_timeout_ms,
         )
         self._registry = GroupRegistry(self._zk, group)
-        self._pool = ConnectionPool(request_timeout=request_timeout_ms / 1000)
+        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
         self._supervisor = Supervisor(self.consumer_id, log)
         self._offsets = Offsets(self._pool, self._assignment, self._zk, auto_offset_reset)
         backoff = fetch_backoff_ms / 1000
@@ -188,8 +199,6 @@ class Consumer:
         if rebalance_max_retries is None:  # enough to outwait a dead member's session
             budget = 2 * session_timeout_ms + 10_000
             rebalance_max_retries = max(10, math.ceil(budget / rebalance_backoff_ms))
-        if rebalance_max_retries < 1:
-            raise ValueError("rebalance_max_retries must be at least 1")
         self._request_timeout = request_timeout_ms / 1000
         self._coordinator = Coordinator(
             GroupSettings(

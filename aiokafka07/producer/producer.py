@@ -42,7 +42,7 @@ from ..errors import (
 from ..pool import ConnectionPool
 from ..protocol import Compression, _accel, validate_topic
 from ..supervisor import Supervisor
-from ..validation import check_int, check_number
+from ..validation import check_int, check_ms, check_number, check_optional_ms
 from .accumulator import Accumulator
 from .batch import Batch, BatchBuilder, Route, serialize
 from .encoding import MessageSetEncoder, topics_to_compress
@@ -70,8 +70,9 @@ class Producer:
     topics when None or empty; a string is one topic), as ``compression.codec`` /
     ``compressed.topics`` do. Every parameter is checked here: a bad value raises
     :class:`~aiokafka07.errors.InvalidConfigError` (a ``ValueError`` and ``TypeError``)
-    naming it. Durations are milliseconds (``*_ms``) except the two connection timeouts,
-    in seconds, as everywhere in aiokafka07.
+    naming it. Every duration is in milliseconds (``*_ms``), as everywhere in aiokafka07;
+    ``request_timeout`` and ``connect_timeout`` (seconds) are the deprecated names of
+    ``request_timeout_ms`` and ``connect_timeout_ms``.
     """
 
     def __init__(
@@ -97,13 +98,15 @@ class Producer:
         retries: int = 3,
         retry_backoff_ms: float = 100.0,
         max_message_size: int = MAX_MESSAGE_SIZE,
-        request_timeout: float = 30.0,
-        connect_timeout: float = 5.0,
+        request_timeout_ms: float = 30000.0,
+        connect_timeout_ms: float = 5000.0,
         pool: ConnectionPool | None = None,
+        request_timeout: float | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, minimum=1)
         batch_bytes = check_int("batch_bytes", batch_bytes, minimum=1)
-        linger = check_number("linger_ms", linger_ms, minimum=0) / 1000
+        self.linger_ms = check_number("linger_ms", linger_ms, minimum=0)
         max_buffered_messages = check_int("max_buffered_messages", max_buffered_messages, minimum=1)
         max_buffered_bytes = check_int("max_buffered_bytes", max_buffered_bytes, minimum=1)
         self.max_in_flight = check_int("max_in_flight", max_in_flight, minimum=1)
@@ -115,8 +118,12 @@ class Producer:
         self.max_message_size = check_int(
             "max_message_size", max_message_size, minimum=1, maximum=_INT32_MAX
         )
-        check_number("request_timeout", request_timeout, minimum=0, above=True)
-        check_number("connect_timeout", connect_timeout, minimum=0, above=True)
+        request_timeout_ms = check_ms(
+            "Producer", "request_timeout_ms", request_timeout_ms, request_timeout, above=True
+        )
+        connect_timeout_ms = check_ms(
+            "Producer", "connect_timeout_ms", connect_timeout_ms, connect_timeout, above=True
+        )
         if not isinstance(confirm, bool):
             raise InvalidConfigError(f"confirm must be True or False, not {confirm!r}")
         if on_unconfirmed not in ("retry", "fail"):
@@ -149,13 +156,12 @@ class Producer:
         self.value_serializer = value_serializer
         self._plain_values = value_serializer is None
         self.batch_size = batch_size
-        self.linger = linger
         self.confirm = confirm
         self.retries = retries
         self._own_pool = pool is None
         self._pool = pool or ConnectionPool(
-            request_timeout=request_timeout,
-            connect_timeout=connect_timeout,
+            request_timeout_ms=request_timeout_ms,
+            connect_timeout_ms=connect_timeout_ms,
             max_message_size=self.max_message_size,
         )
         self._metrics = ProducerMetrics()
@@ -163,7 +169,7 @@ class Producer:
         self._accumulator = Accumulator(
             batch_size=batch_size,
             batch_bytes=batch_bytes,
-            linger=linger,
+            linger=self.linger_ms / 1000,
             max_messages=max_buffered_messages,
             max_bytes=max_buffered_bytes,
             max_message_size=self.max_message_size,
@@ -248,7 +254,7 @@ class Producer:
             self.confirm,
             "retry" if self._sender.retry_unconfirmed else "fail",
             self.batch_size,
-            self.linger * 1000,
+            self.linger_ms,
             self.max_in_flight,
             self.retries,
         )
@@ -267,20 +273,26 @@ class Producer:
         if pending:
             await asyncio.wait(pending)
 
-    async def close(self, timeout: float | None = None) -> None:
+    async def close(self, timeout: float | None = None, *, timeout_ms: float | None = None) -> None:
         """Deliver everything accepted, then close the connections (and the cluster view
         if owned). Raises :class:`ProducerClosedError` naming what was not delivered.
 
-        ``timeout`` (seconds) bounds the wait for deliveries; what is still undelivered
-        then fails (:class:`ProducerClosedError`, or :class:`ProduceNotConfirmedError`
-        for a request the broker may have received). None waits for every message to end,
-        which each does within its retries and timeouts. New messages are refused from
-        the moment ``close()`` is called.
+        ``timeout_ms`` bounds the wait for deliveries; what is still undelivered then
+        fails (:class:`ProducerClosedError`, or :class:`ProduceNotConfirmedError` for a
+        request the broker may have received). None waits for every message to end, which
+        each does within its retries and timeouts. New messages are refused from the
+        moment ``close()`` is called. (``timeout``, in seconds, is the deprecated form.)
         """
+        await self._close(check_optional_ms("Producer.close", "timeout_ms", timeout_ms, timeout))
+
+    async def stop(self, timeout: float | None = None, *, timeout_ms: float | None = None) -> None:
+        """Alias of :meth:`close` (aiokafka's name)."""
+        await self._close(check_optional_ms("Producer.stop", "timeout_ms", timeout_ms, timeout))
+
+    async def _close(self, timeout_ms: float | None) -> None:
         if self._closing:
             return
-        if timeout is not None:
-            timeout = check_number("timeout", timeout, minimum=0)
+        timeout = None if timeout_ms is None else timeout_ms / 1000
         self._closing = True
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -297,10 +309,6 @@ class Producer:
         if error is not None:
             raise error
 
-    async def stop(self, timeout: float | None = None) -> None:
-        """Alias of :meth:`close` (aiokafka's name)."""
-        await self.close(timeout)
-
     async def _shut_down(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
         """Fail whatever is left, with its cause, and release every resource."""
 
@@ -316,7 +324,7 @@ class Producer:
         await self._supervisor.aclose(timeout=max(remaining(10.0), 1.0))
         if self._own_pool:
             # Answers still outstanding may arrive while the connections close.
-            await self._pool.close(timeout=remaining(5.0))
+            await self._pool.close(timeout_ms=remaining(5.0) * 1000)
             await asyncio.sleep(0)  # let the requests' done callbacks run
         self._sender.abandon()
         if self._own_cluster and self._started:

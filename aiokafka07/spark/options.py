@@ -297,7 +297,7 @@ class Connection:
     zookeeper: str | None
     brokers: dict[int, BrokerAddress] | None
     broker_list: str | None
-    request_timeout: float
+    request_timeout_ms: int
 
     @property
     def name(self) -> str:
@@ -327,7 +327,7 @@ class Connection:
                 raise OptionError(f"option 'brokers': {exc}") from None
         timeout = _int(options, "requestTimeoutMs", 30_000, 1)
         assert timeout is not None
-        return cls(zookeeper, brokers, broker_list, timeout / 1000)
+        return cls(zookeeper, brokers, broker_list, timeout)
 
 
 #: The options that say what is read, as Spark's Kafka source names them too.

@@ -136,7 +136,7 @@ class OffsetRange(InputPartition):
     start: int
     end: int
     fetch_size: int
-    request_timeout: float
+    request_timeout_ms: int
     fail_on_data_loss: bool
 
     @property
@@ -157,7 +157,7 @@ def make_range(state: PartitionState, start: int, end: int, options: ReadOptions
         start,
         end,
         options.fetch_size,
-        options.connection.request_timeout,
+        options.connection.request_timeout_ms,
         options.fail_on_data_loss,
     )
 
@@ -286,7 +286,7 @@ async def read_range(
     r: OffsetRange, runtime: WorkerRuntime, schema: pa.Schema
 ) -> AsyncIterator[pa.RecordBatch]:
     """Arrow record batches of every message in the range (runs on the worker's loop)."""
-    pool = await runtime.pool(r.cluster, r.request_timeout)
+    pool = await runtime.pool(r.cluster, r.request_timeout_ms)
     consumer = SimpleConsumer(
         r.host,
         r.port,
@@ -356,7 +356,7 @@ async def state_of_partitions(
     c = options.connection
     zk = None
     if c.zookeeper is not None:
-        zk = await runtime.zookeeper(c.zookeeper, c.request_timeout)
+        zk = await runtime.zookeeper(c.zookeeper, c.request_timeout_ms)
     discovery = await discover(
         c, options.topics, options.pattern, options.assigned, options.partitions_per_broker, zk
     )
@@ -381,7 +381,7 @@ async def state_of_partitions(
         if (assigned is None or tp.name in assigned.get(tp.topic, ()))
         and (keep is None or keep(tp))
     ]
-    pool = await runtime.pool(c.name, c.request_timeout)
+    pool = await runtime.pool(c.name, c.request_timeout_ms)
     states = await describe(found, pool)
     if c.brokers is not None and not streaming:
         # A 0.7 broker reports a topic it does not have as an empty log at 0.

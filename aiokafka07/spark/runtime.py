@@ -40,7 +40,7 @@ class WorkerRuntime:
             target=self.loop.run_forever, name="aiokafka07-spark", daemon=True
         )
         self._thread.start()
-        self._pools: dict[tuple[str, float], ConnectionPool] = {}
+        self._pools: dict[tuple[str, int], ConnectionPool] = {}
         self._zookeepers: dict[str, ZooKeeper] = {}
         self._clusters: dict[tuple[str | None, str | None], Cluster] = {}
 
@@ -87,23 +87,23 @@ class WorkerRuntime:
                 with contextlib.suppress(Exception):
                     self.run(aclose())
 
-    async def pool(self, cluster: str, request_timeout: float) -> ConnectionPool:
+    async def pool(self, cluster: str, request_timeout_ms: int) -> ConnectionPool:
         """The shared connection pool for one cluster and request timeout (call on the
         loop). Pools know brokers by id, so two clusters (a job reading one and writing
         another) must not share one."""
-        key = (cluster, request_timeout)
+        key = (cluster, request_timeout_ms)
         pool = self._pools.get(key)
         if pool is None or pool.closed:
-            pool = self._pools[key] = ConnectionPool(request_timeout=request_timeout)
+            pool = self._pools[key] = ConnectionPool(request_timeout_ms=request_timeout_ms)
         return pool
 
-    async def zookeeper(self, connect: str, timeout: float | None = None) -> ZooKeeper:
+    async def zookeeper(self, connect: str, timeout_ms: int | None = None) -> ZooKeeper:
         """A started ZooKeeper session for ``connect`` (call on the loop); a new session
-        that no server opens within 0.7.2's 6 s (or ``timeout`` seconds, if shorter)
-        raises :class:`~aiokafka07.errors.ZooKeeperError` naming the connect string."""
+        that no server opens within 0.7.2's 6 s (or ``timeout_ms``, if shorter) raises
+        :class:`~aiokafka07.errors.ZooKeeperError` naming the connect string."""
         zk = self._zookeepers.get(connect)
         if zk is None:
-            ms = 6000 if timeout is None else max(1, min(6000, int(timeout * 1000)))
+            ms = 6000 if timeout_ms is None else max(1, min(6000, timeout_ms))
             zk = ZooKeeper(connect, connection_timeout_ms=ms)
             await zk.start()
             self._zookeepers[connect] = zk

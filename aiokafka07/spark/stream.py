@@ -219,7 +219,7 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
         async def probe(size: int) -> FetchResponse:
             c = self.options.connection
-            pool = await runtime.pool(c.name, c.request_timeout)
+            pool = await runtime.pool(c.name, c.request_timeout_ms)
             conn = await pool.connection(state.address)
             return await conn.fetch(state.tp.topic, state.tp.partition, begin, size)
 
@@ -272,7 +272,7 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
         c = self.options.connection
 
         async def plan() -> list[OffsetRange]:
-            pool = await runtime.pool(c.name, c.request_timeout)
+            pool = await runtime.pool(c.name, c.request_timeout_ms)
             planned = await asyncio.gather(
                 *(ranges_for(state, b, e, self.options, pool) for state, b, e in work)
             )

@@ -112,12 +112,12 @@ async def check_cluster(options: WriteOptions, runtime: WorkerRuntime) -> None:
     timeout)."""
     c = options.connection
     if c.zookeeper is not None:
-        zk = await runtime.zookeeper(c.zookeeper, c.request_timeout)
+        zk = await runtime.zookeeper(c.zookeeper, c.request_timeout_ms)
         if not await read_brokers(zk):
             raise NoBrokersError(f"no broker is registered in ZooKeeper at {c.zookeeper}")
         return
     assert c.brokers is not None
-    pool = await runtime.pool(c.name, c.request_timeout)
+    pool = await runtime.pool(c.name, c.request_timeout_ms)
     for address in c.brokers.values():
         await pool.connection(address)
 
@@ -186,7 +186,7 @@ class _Writer:
                     options.connection.zookeeper, options.connection.broker_list
                 ),
                 pool=await runtime.pool(
-                    options.connection.name, options.connection.request_timeout
+                    options.connection.name, options.connection.request_timeout_ms
                 ),
                 compression=options.compression,
                 confirm=options.confirm,

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..connection import BrokerAddress
+from ..validation import check_ms
 
 __all__ = ["BrokerStartError", "start_broker_process", "stop_broker_process"]
 
@@ -41,7 +42,8 @@ async def start_broker_process(
     port: int = 0,
     settings: Mapping[str, str] | None = None,
     log_file: str | Path | None = None,
-    timeout: float = 60.0,
+    timeout_ms: float = 60000.0,
+    timeout: float | None = None,
 ) -> tuple[asyncio.subprocess.Process, BrokerAddress]:
     """Start a broker on loopback (``port`` 0: a free one; no fsync; registered in
     ``zookeeper`` when given, else standalone) and return the process and its address
@@ -50,8 +52,10 @@ async def start_broker_process(
     ``settings`` are further ``server.properties`` keys. The broker's own log (INFO) is
     appended to ``log_file`` when given, else dropped. Stop it with
     :func:`stop_broker_process` (or ``terminate()``): a clean stop, logs flushed and
-    registration removed.
+    registration removed. It must listen within ``timeout_ms`` (``timeout``, in seconds,
+    is its deprecated form).
     """
+    limit_ms = check_ms("start_broker_process", "timeout_ms", timeout_ms, timeout, above=True)
     options = {"log.flush.fsync": "false", **(settings or {})}
     args = [arg for key, value in options.items() for arg in ("--set", f"{key}={value}")]
     args += ["--zookeeper", zookeeper] if zookeeper else ["--no-zookeeper"]
@@ -74,30 +78,37 @@ async def start_broker_process(
             os.close(stderr)
     assert process.stdout is not None
     try:
-        line = await asyncio.wait_for(process.stdout.readline(), timeout)
+        line = await asyncio.wait_for(process.stdout.readline(), limit_ms / 1000)
     except asyncio.TimeoutError:
         line = b""
     except BaseException:  # cancelled: the caller never learns of this process
-        await stop_broker_process(process, timeout=5.0)
+        await stop_broker_process(process, timeout_ms=5000)
         raise
     match = _LISTENING.search(line)
     if match is None:
-        await stop_broker_process(process, timeout=5.0)
+        await stop_broker_process(process, timeout_ms=5000)
         where = f"; its log {log_file} ends with:\n{_tail(log_file)}" if log_file else ""
         raise BrokerStartError(f"broker {broker_id} did not start{where}")
     return process, BrokerAddress(broker_id, match.group(2).decode(), int(match.group(3)))
 
 
-async def stop_broker_process(process: asyncio.subprocess.Process, timeout: float = 10.0) -> int:
+async def stop_broker_process(
+    process: asyncio.subprocess.Process,
+    timeout: float | None = None,
+    *,
+    timeout_ms: float = 10000.0,
+) -> int:
     """Stop a broker started by :func:`start_broker_process` and return its exit status.
 
-    Closing its standard input asks for a clean stop; SIGKILL follows after ``timeout``
-    seconds. Safe to call on a process that has already ended.
+    Closing its standard input asks for a clean stop; SIGKILL follows after ``timeout_ms``
+    (``timeout``, in seconds, is its deprecated form). Safe to call on a process that has
+    already ended.
     """
+    limit_ms = check_ms("stop_broker_process", "timeout_ms", timeout_ms, timeout)
     if process.stdin is not None and not process.stdin.is_closing():
         process.stdin.close()
     try:
-        return await asyncio.wait_for(process.wait(), timeout)
+        return await asyncio.wait_for(process.wait(), limit_ms / 1000)
     except asyncio.TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             process.kill()

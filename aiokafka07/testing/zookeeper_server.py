@@ -37,6 +37,8 @@ import zipfile
 from pathlib import Path
 from types import TracebackType
 
+from ..validation import check_ms
+
 __all__ = [
     "ZooKeeperNotInstalled",
     "ZooKeeperServer",
@@ -83,7 +85,7 @@ _INSTALL_HINT = (
 )
 
 _POLL_INTERVAL = 0.05
-_STOP_TIMEOUT = 10.0
+_STOP_TIMEOUT_MS = 10000.0
 _LOG_NAME = "zookeeper.log"
 
 # Small, quick-starting JVM: a test server holds a few znodes, not gigabytes.
@@ -345,7 +347,8 @@ class ZooKeeperServer:
         data_dir: str | Path | None = None,
         tick_time_ms: int = 200,
         max_session_timeout_ms: int = 60000,
-        startup_timeout: float = 30.0,
+        startup_timeout_ms: float = 30000.0,
+        startup_timeout: float | None = None,
     ) -> None:
         try:
             loopback = ipaddress.IPv4Address(host).is_loopback
@@ -361,7 +364,9 @@ class ZooKeeperServer:
         self.port = port
         self.tick_time_ms = tick_time_ms
         self.max_session_timeout_ms = max_session_timeout_ms
-        self.startup_timeout = startup_timeout
+        self.startup_timeout_ms = check_ms(
+            "ZooKeeperServer", "startup_timeout_ms", startup_timeout_ms, startup_timeout, above=True
+        )
         self._auto_port = port == 0
         self._ever_started = False
         self._process: subprocess.Popen[bytes] | None = None
@@ -436,7 +441,7 @@ class ZooKeeperServer:
         """Start the server and wait until it serves clients; a no-op if it is running.
 
         Raises :class:`ZooKeeperStartError` (with the log tail) if the port is taken, the
-        process dies, or it does not answer within ``startup_timeout`` seconds, and
+        process dies, or it does not answer within ``startup_timeout_ms``, and
         :class:`ZooKeeperNotInstalled` if ZooKeeper or Java is missing.
         """
         if self.running:
@@ -520,7 +525,7 @@ class ZooKeeperServer:
             raise
 
     def _wait_until_serving(self, process: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + self.startup_timeout
+        deadline = time.monotonic() + self.startup_timeout_ms / 1000
         while True:
             code = process.poll()
             if code is not None:
@@ -533,7 +538,7 @@ class ZooKeeperServer:
             if time.monotonic() > deadline:
                 raise ZooKeeperStartError(
                     f"ZooKeeper on {self.connect_string} did not answer within "
-                    f"{self.startup_timeout:.1f}s; log {self.log_path} ends with:\n"
+                    f"{self.startup_timeout_ms:g} ms; log {self.log_path} ends with:\n"
                     f"{self.log_tail()}"
                 )
             time.sleep(_POLL_INTERVAL)
@@ -545,17 +550,19 @@ class ZooKeeperServer:
         self._reaper = None
         self._process = None
 
-    def stop(self, timeout: float = _STOP_TIMEOUT) -> None:
-        """Stop the server gracefully: SIGTERM, then SIGKILL after ``timeout`` seconds.
+    def stop(self, timeout: float | None = None, *, timeout_ms: float = _STOP_TIMEOUT_MS) -> None:
+        """Stop the server gracefully: SIGTERM, then SIGKILL after ``timeout_ms``
+        (``timeout``, in seconds, is its deprecated form).
 
         Idempotent; the data directory is kept, so a later :meth:`start` resumes.
         """
+        wait = check_ms("ZooKeeperServer.stop", "timeout_ms", timeout_ms, timeout) / 1000
         process = self._process
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
                 process.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=timeout)
+                process.wait(timeout=wait)
         self._cleanup_process()
 
     def kill(self) -> None:
@@ -661,7 +668,12 @@ async def _expire(host: str, port: int, session_id: int, password: bytes) -> Non
 
 
 async def expire_session(
-    connect_string: str, session_id: int, password: bytes, *, timeout: float = 10.0
+    connect_string: str,
+    session_id: int,
+    password: bytes,
+    *,
+    timeout_ms: float = 10000.0,
+    timeout: float | None = None,
 ) -> None:
     """Force-expire an existing client session, the way Curator's KillSession does.
 
@@ -672,14 +684,15 @@ async def expire_session(
     has expired. Uses the first server of ``connect_string`` (chroot ignored).
 
     Raises ValueError if the server does not know the session (already expired, or a wrong
-    password), TimeoutError after ``timeout`` seconds, OSError if it cannot connect. Even a
-    refused attempt drops the original client's connection: ZooKeeper closes it before it
-    checks the password.
+    password), TimeoutError after ``timeout_ms`` (``timeout``, in seconds, is its deprecated
+    form), OSError if it cannot connect. Even a refused attempt drops the original client's
+    connection: ZooKeeper closes it before it checks the password.
     """
+    limit_ms = check_ms("expire_session", "timeout_ms", timeout_ms, timeout, above=True)
     host, port = _first_server(connect_string)
     try:
-        await asyncio.wait_for(_expire(host, port, session_id, bytes(password)), timeout)
+        await asyncio.wait_for(_expire(host, port, session_id, bytes(password)), limit_ms / 1000)
     except asyncio.TimeoutError as exc:
         raise TimeoutError(
-            f"expiring session 0x{session_id:x} at {host}:{port} took over {timeout}s"
+            f"expiring session 0x{session_id:x} at {host}:{port} took over {limit_ms:g} ms"
         ) from exc

@@ -71,7 +71,7 @@ NextBatch = Callable[[float | None, int | None], Awaitable[list[ConsumerRecord]]
 Rewind = Callable[[list[ConsumerRecord], int], None]
 
 #: How long a simple-mode reader waits before fetching again once caught up.
-POLL_INTERVAL = 0.1
+POLL_INTERVAL_MS = 100
 
 
 def _raw(record: ConsumerRecord) -> bytes:
@@ -401,7 +401,7 @@ async def _simple(args: argparse.Namespace, output: Output, progress: Progress) 
         if broker_id not in brokers:
             raise CommandError(f"broker {broker_id} is not known (not registered / not listed)")
     queue: asyncio.Queue[list[ConsumerRecord] | BaseException] = asyncio.Queue(16)
-    async with ConnectionPool(connect_timeout=5.0, request_timeout=30.0) as pool:
+    async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=30000) as pool:
         readers = [
             asyncio.create_task(_read(args, brokers[b], p, pool, queue)) for b, p in partitions
         ]
@@ -453,7 +453,7 @@ async def _read(
             time = EARLIEST if args.from_beginning else LATEST
             offsets = await consumer.offsets_before(topic, partition, time, 1)
             offset = offsets[0] if offsets else 0
-        batches = consumer.batches(topic, partition, offset, poll_interval=POLL_INTERVAL)
+        batches = consumer.batches(topic, partition, offset, poll_interval_ms=POLL_INTERVAL_MS)
         async with contextlib.aclosing(batches):
             async for batch in batches:
                 await queue.put(batch.messages)

@@ -149,7 +149,7 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
             partitions.append(tp)
             committed[tp] = await registry.committed(topic, tp.name)
             owners[tp] = await registry.owner(topic, tp.name)
-    async with ConnectionPool(connect_timeout=5.0, request_timeout=10.0) as pool:
+    async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
         ends = await asyncio.gather(
             *(_log_end(pool, brokers.get(tp.broker_id), tp) for tp in partitions)
         )

@@ -110,7 +110,7 @@ async def run(args: argparse.Namespace) -> int:
             partitions = chosen or await topic_partitions(zk, args.topic)
         if not partitions:
             raise CommandError(f"topic {args.topic} has no partitions registered in ZooKeeper")
-    async with ConnectionPool(connect_timeout=5.0, request_timeout=10.0) as pool:
+    async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
         answers = await asyncio.gather(
             *(_offsets(pool, brokers.get(b), args.topic, b, p, args) for b, p in partitions)
         )

@@ -124,7 +124,10 @@ async def run(args: argparse.Namespace) -> int:
     try:
         await producer.start()
         slots = asyncio.Semaphore(args.threads)
-        async with progress, ConnectionPool(connect_timeout=5.0, request_timeout=30.0) as pool:
+        async with (
+            progress,
+            ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=30000) as pool,
+        ):
             await asyncio.gather(
                 *(
                     _replay(args, brokers[b], p, pool, producer, progress, slots, budget)

@@ -66,7 +66,7 @@ async def run(args: argparse.Namespace) -> int:
             raise CommandError(f"topic {args.topic} has no partitions registered in ZooKeeper")
         partitions = [TopicPartition.parse(args.topic, name) for name in names]
         brokers = await read_brokers(zk)
-        async with ConnectionPool(connect_timeout=5.0, request_timeout=10.0) as pool:
+        async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
             offsets = await asyncio.gather(
                 *(_offset(pool, brokers.get(tp.broker_id), tp, time) for tp in partitions)
             )
