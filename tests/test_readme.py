@@ -138,7 +138,10 @@ def test_readme_block_runs(block: Block, cluster: Cluster, tmp_path: Path) -> No
     source = tmp_path / ("test_block.py" if block.mode == "pytest" else "block.py")
     source.write_text(cluster.rewrite(block.code))
     if block.mode == "pytest":
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", source.name]
+        # As a project of the reader's would configure it: pytest-asyncio warns on stderr
+        # (some versions only) when the fixture loop scope is left unset.
+        options = ["-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function"]
+        command = [sys.executable, "-m", "pytest", "-q", *options, source.name]
     else:
         command = [sys.executable, source.name]
     result = subprocess.run(
