@@ -86,7 +86,21 @@ class _Refresher:
         await self._supervisor.aclose()
 
 
-class Progress:
+class _Shown:
+    """What :class:`Progress` and :class:`LiveCount` share: a bar (on a terminal) and
+    the refresher that redraws it; leaving the context stops both."""
+
+    _bar: Any = None
+    _refresher: _Refresher
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._refresher.stop()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class Progress(_Shown):
     """Counts the messages and bytes of a long-running command.
 
     While ``enabled`` (by default: when ``stream``, stderr, is a terminal) the count is
@@ -130,12 +144,6 @@ class Progress:
             self._refresher.start()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._refresher.stop()
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-
     async def refresh(self) -> None:
         if self._bar is not None:
             self._bar.update(self.messages - self._bar.n)
@@ -169,7 +177,7 @@ class Progress:
         )
 
 
-class LiveCount:
+class LiveCount(_Shown):
     """A stage's live progress on a terminal, polled from ``counter`` a few times a
     second; off (nothing shown) when ``enabled`` is false, e.g. stderr is not a terminal.
     An error reading the counter skips that refresh only (logged once, at DEBUG): the
@@ -202,12 +210,6 @@ class LiveCount:
             await self.refresh()
             self._refresher.start()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._refresher.stop()
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
 
     async def refresh(self) -> None:
         try:
