@@ -185,7 +185,7 @@ def render(r: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--json", action="store_true")

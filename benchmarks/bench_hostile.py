@@ -224,7 +224,7 @@ async def measure_mid_message(reps: int) -> dict[str, Any]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--bomb-mib", type=int, default=512)
     parser.add_argument("--json", action="store_true")
