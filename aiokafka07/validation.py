@@ -149,8 +149,10 @@ def check_ms(
     """The duration parameter ``name`` (``<old>_ms``) of ``where``: ``value``, or the
     deprecated ``seconds`` (its old name, without ``_ms``; see :func:`renamed_to_ms`),
     checked: a finite number of milliseconds, at least 0 (greater with ``above``)."""
-    ms = check_optional_ms(where, name, value, seconds, above=above, stacklevel=stacklevel + 1)
-    return check_number(name, ms, minimum=0, above=above)  # None is refused here
+    given = renamed_to_ms(
+        where, name.removesuffix("_ms"), seconds, value, stacklevel=stacklevel + 1
+    )
+    return check_number(name, given, minimum=0, above=above)  # None is refused here
 
 
 def check_optional_ms(
@@ -162,11 +164,10 @@ def check_optional_ms(
     above: bool = False,
     stacklevel: int = 3,
 ) -> float | None:
-    """:func:`check_ms` for a duration that may be None."""
-    given = renamed_to_ms(
-        where, name.removesuffix("_ms"), seconds, value, stacklevel=stacklevel + 1
-    )
-    return check_optional_number(name, given, minimum=0, above=above)
+    """:func:`check_ms` for a duration that may be None (neither form given)."""
+    if value is None and seconds is None:
+        return None
+    return check_ms(where, name, value, seconds, above=above, stacklevel=stacklevel + 1)
 
 
 def renamed_options_to_ms(
