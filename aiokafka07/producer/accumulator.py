@@ -151,14 +151,19 @@ class Accumulator:
     def settle(self) -> tuple[int, int]:
         """Fold what hot batches took into the counters; return (messages, bytes)."""
         for batch in self.hot.values():
-            count, size = len(batch.values) - batch.base_count, batch.size - batch.base_size
-            self.messages += count
-            self.bytes += size
-            self.reserved_messages -= count
-            self.reserved_bytes -= size
-            batch.base_count += count
-            batch.base_size += size
+            self._fold(batch)
         return self.messages, self.bytes
+
+    def _fold(self, batch: Batch) -> None:
+        """Count what the hot ``batch`` took since it was last counted, out of its
+        reserved room."""
+        count, size = len(batch.values) - batch.base_count, batch.size - batch.base_size
+        self.messages += count
+        self.bytes += size
+        self.reserved_messages -= count
+        self.reserved_bytes -= size
+        batch.base_count += count
+        batch.base_size += size
 
     def _heat(self, batch: Batch) -> None:
         """Let the topic's sticky ``batch`` take messages on the hot path, reserving the
@@ -180,9 +185,7 @@ class Accumulator:
     def _cool(self, batch: Batch) -> None:
         """``batch`` leaves the hot path: count what it took, free its unused room."""
         del self.hot[batch.topic]
-        count, size = len(batch.values), batch.size
-        self.messages += count - batch.base_count
-        self.bytes += size - batch.base_size
+        self._fold(batch)
         self.reserved_messages -= batch.count_cap - batch.base_count
         self.reserved_bytes -= batch.byte_cap - batch.base_size
         self._maybe_space()
@@ -287,13 +290,17 @@ class Accumulator:
         if queue.open.get((batch.topic, batch.partition)) is not batch:
             return  # sealed already
         del queue.open[(batch.topic, batch.partition)]
+        self._unstick(batch)
+        queue.ready.append(batch)
+        queue.wakeup.set()
+        self.sealed = True
+
+    def _unstick(self, batch: Batch) -> None:
+        """``batch`` takes no more keyless messages: off the hot path, no longer sticky."""
         if self.hot.get(batch.topic) is batch:
             self._cool(batch)
         if self.sticky.get(batch.topic) is batch:
             del self.sticky[batch.topic]
-        queue.ready.append(batch)
-        queue.wakeup.set()
-        self.sealed = True
 
     def hurry(self, batch: Batch | None = None) -> None:
         """Seal ``batch`` now (if still open), or every open batch: no more lingering."""
@@ -345,10 +352,7 @@ class Accumulator:
         if queue is None:
             return []
         for batch in queue.open.values():
-            if self.hot.get(batch.topic) is batch:
-                self._cool(batch)
-            if self.sticky.get(batch.topic) is batch:
-                del self.sticky[batch.topic]
+            self._unstick(batch)
         left = [*queue.open.values(), *queue.ready]
         queue.open.clear()
         queue.ready.clear()
