@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InvalidConfigError, MessageTooLargeError
 
-__all__ = ["Batch", "BatchBuilder", "Route", "serialize"]
+__all__ = ["Batch", "BatchBuilder", "Route", "check_message_size", "serialize"]
 
 Route = tuple[Any, "tuple[int, int] | None"]
 """How a message was routed, to route it again on a retry: (key, pinned partition)."""
@@ -207,11 +207,7 @@ class BatchBuilder:
         if type(value) is not bytes or self._serialize is not None:
             value = serialize(value, self._serialize)
         size = len(value)
-        if size > self._max_message:
-            raise MessageTooLargeError(
-                f"a message of {size} bytes exceeds max.message.size {self._max_message}; "
-                "a 0.7 broker would drop it silently"
-            )
+        check_message_size(size, self._max_message)
         if values and self.size_bytes + size > self._max_bytes:
             return None
         values.append(value)
@@ -233,6 +229,15 @@ class BatchBuilder:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def check_message_size(size: int, max_message_size: int) -> None:
+    """Refuse a payload of ``size`` bytes over ``max_message_size`` (at ``send()``)."""
+    if size > max_message_size:
+        raise MessageTooLargeError(
+            f"a message of {size} bytes exceeds max.message.size {max_message_size}; "
+            "a 0.7 broker would drop it silently"
+        )
 
 
 def serialize(value: Any, serializer: Callable[[Any], bytes] | None) -> bytes:

@@ -34,7 +34,6 @@ from ..cluster import Cluster, cluster_from
 from ..connection import MAX_MESSAGE_SIZE
 from ..errors import (
     InvalidConfigError,
-    MessageTooLargeError,
     NoBrokersError,
     ProducerClosedError,
     QueueFullError,
@@ -44,11 +43,11 @@ from ..protocol import Compression, _accel, validate_topic
 from ..supervisor import Supervisor
 from ..validation import check_int, check_ms, check_number, check_optional_ms
 from .accumulator import Accumulator
-from .batch import Batch, BatchBuilder, Route, serialize
+from .batch import Batch, BatchBuilder, Route, check_message_size, serialize
 from .encoding import MessageSetEncoder, topics_to_compress
 from .results import EncodedMessage, Outcomes, ProduceResult, ProducerMetrics
 from .router import Partitioner, Router, check_partition
-from .sender import Sender
+from .sender import Sender, exc_closed
 
 __all__ = ["Producer"]
 
@@ -317,10 +316,7 @@ class Producer:
 
         self._sender.stop()
         for batch in self._accumulator.close():
-            self._outcomes.fail(
-                batch,
-                ProducerClosedError("the producer closed before this message was sent"),
-            )
+            self._outcomes.fail(batch, exc_closed())
         await self._supervisor.aclose(timeout=max(remaining(10.0), 1.0))
         if self._own_pool:
             # Answers still outstanding may arrive while the connections close.
@@ -371,13 +367,6 @@ class Producer:
             validate_topic(topic)
             self._valid_topics.add(topic)
 
-    def _check_size(self, size: int) -> None:
-        if size > self.max_message_size:
-            raise MessageTooLargeError(
-                f"a message of {size} bytes exceeds max.message.size "
-                f"{self.max_message_size}; a 0.7 broker would drop it silently"
-            )
-
     def _validated(
         self, topic: str, value: Any, partition: object, *, raw: EncodedMessage | None = None
     ) -> tuple[bytes, tuple[int, int] | None]:
@@ -387,14 +376,14 @@ class Producer:
         self._check_running()
         self._check_topic(topic)
         if raw is not None:
-            self._check_size(len(raw.value))
+            check_message_size(len(raw.value), self.max_message_size)
             # The entry as the consumer read it: same magic, attributes, payload, hence CRC.
             data = _accel.impl.encode_message_set((raw.value,), raw.magic, raw.attributes)
         else:
             data = value if type(value) is bytes and self._plain_values else None
             if data is None:
                 data = serialize(value, self.value_serializer)
-            self._check_size(len(data))
+            check_message_size(len(data), self.max_message_size)
         pinned = None if partition is None else check_partition(partition)
         return data, pinned
 
