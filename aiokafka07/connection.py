@@ -30,7 +30,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .errors import (
     KafkaConnectionError,
@@ -62,6 +62,8 @@ from .validation import check_int, check_ms, check_optional_int, renamed_options
 __all__ = ["BrokerAddress", "BrokerConnection", "check_message_sizes"]
 
 log = logging.getLogger("aiokafka07.connection")
+
+T = TypeVar("T")
 
 #: 0.7.2 ``max.message.size``: the largest top-level payload a broker accepts.
 MAX_MESSAGE_SIZE = 1000000
@@ -445,11 +447,16 @@ class BrokerConnection(asyncio.Protocol):
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._watch(future, self._conversation.send_request(frame, future))
         self._queued()
+        return await self._answer(future)
+
+    async def _answer(self, future: asyncio.Future[T]) -> T:
+        """Flow control, then ``future``'s result; a caller cancelled meanwhile cancels
+        it (unsent: never written; sent: its answer is dropped)."""
         try:
             await self._writable()
             return await future
         except asyncio.CancelledError:
-            future.cancel()  # unsent: never written; sent: its answer is dropped
+            future.cancel()
             raise
 
     async def send(self, frame: bytes) -> None:
@@ -460,16 +467,7 @@ class BrokerConnection(asyncio.Protocol):
         :class:`~aiokafka07.errors.MalformedFrameError`: their answers would be taken for
         someone else's.
         """
-        await self._unconfirmed(self.submit_produce(frame, confirm=False))
-
-    async def _unconfirmed(self, future: asyncio.Future[int | None]) -> None:
-        """Flow control for a produce nobody confirms; its failure, if known, is raised."""
-        future.add_done_callback(_retrieve)  # the caller does not wait for the write
-        await self._writable()
-        if future.done() and not future.cancelled() and future.exception() is not None:
-            raise future.exception()  # type: ignore[misc]
-        if self._closed is not None:
-            raise self._closed_error(maybe_delivered=True)
+        await self._produce(frame, confirm=False)
 
     def submit_produce(self, frame: bytes, *, confirm: bool) -> asyncio.Future[int | None]:
         """Queue a PRODUCE / MULTIPRODUCE frame now; return its outcome as a future.
@@ -616,12 +614,13 @@ class BrokerConnection(asyncio.Protocol):
 
     async def _produce(self, frame: bytes, confirm: bool) -> int | None:
         future = self.submit_produce(frame, confirm=confirm)
-        if not confirm:
-            await self._unconfirmed(future)
-            return None
-        try:
-            await self._writable()
-            return await future
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
+        if confirm:
+            return await self._answer(future)
+        # Flow control for a produce nobody confirms; its failure, if known, is raised.
+        future.add_done_callback(_retrieve)  # the caller does not wait for the write
+        await self._writable()
+        if future.done() and not future.cancelled() and future.exception() is not None:
+            raise future.exception()  # type: ignore[misc]
+        if self._closed is not None:
+            raise self._closed_error(maybe_delivered=True)
+        return None
