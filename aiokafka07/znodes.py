@@ -419,11 +419,9 @@ class GroupRegistry:
         left out)."""
         values: dict[str, str | None] = {}
         for consumer in await self.member_ids():
-            try:
-                values[consumer] = await self.zookeeper.get_data(member_path(self.group, consumer))
-            except ZooKeeperError:
-                if await self.zookeeper.exists(member_path(self.group, consumer)):
-                    raise
+            found, value = await self.zookeeper.data_if_exists(member_path(self.group, consumer))
+            if found:
+                values[consumer] = value
         return values
 
     async def members(self) -> dict[str, Registration]:
@@ -458,13 +456,8 @@ class GroupRegistry:
 
     async def owner(self, topic: str, partition: str) -> str | None:
         """The thread id owning ``partition``, or None."""
-        path = owner_path(self.group, topic, partition)
-        if not await self.zookeeper.exists(path):
-            return None
-        try:
-            return await self.zookeeper.get_data(path)
-        except ZooKeeperError:
-            return None  # released while we read
+        _, value = await self.zookeeper.data_if_exists(owner_path(self.group, topic, partition))
+        return value
 
     async def owned_partitions(self, topic: str) -> list[str]:
         """The "b-p" names with an owner node under ``owners/<topic>``."""

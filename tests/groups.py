@@ -42,6 +42,20 @@ def member(zookeeper: str, *topics: str, group: str = "g", **options: Any) -> Co
     return Consumer(*topics, group=group, zookeeper=zookeeper, **{**FAST, **options})
 
 
+@contextlib.asynccontextmanager
+async def running_cluster(
+    kafka_cluster: Any, zookeeper: str, brokers: int, partitions: int
+) -> AsyncIterator[tuple[KafkaCluster, Producer, ZooKeeper]]:
+    """``brokers`` embedded brokers with ``partitions`` partitions per topic each, a producer
+    and a separate ZooKeeper session to read the group's znodes with: what a test starts."""
+    async with (
+        kafka_cluster(brokers, num_partitions=partitions) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        yield cluster, producer, zk
+
+
 def partitions_of(registrations: dict[int, int]) -> list[tuple[int, int]]:
     return [(b, p) for b, count in sorted(registrations.items()) for p in range(count)]
 

@@ -33,6 +33,7 @@ from .groups import (
     member,
     partitions_of,
     produce,
+    running_cluster,
     source_of,
     wait_registered,
 )
@@ -79,11 +80,7 @@ class Scene:
 
 @contextlib.asynccontextmanager
 async def scene(kafka_cluster: Any, zookeeper: str, per_partition: int) -> AsyncIterator[Scene]:
-    async with (
-        kafka_cluster(1, num_partitions=2) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, partitions_of(ONE_BY_TWO), per_partition, "v")
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         ends = await log_ends(cluster, TOPIC)
@@ -269,11 +266,7 @@ async def test_position_highwater_offsets_and_metrics(kafka_cluster: Any, zookee
 async def test_value_deserializer_and_a_value_it_cannot_read(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
-    async with (
-        kafka_cluster(1, num_partitions=1),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 1) as (_, producer, zk):
         for value in (b"1", b"2", b"x", b"4"):
             await producer.send_and_wait(TOPIC, value, partition=(0, 0))
         await wait_registered(zk, TOPIC, {0: 1})

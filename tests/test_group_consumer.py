@@ -56,6 +56,7 @@ from .groups import (
     partitions_of,
     parts_names,
     produce,
+    running_cluster,
     source_of,
     value_for,
     wait_converged,
@@ -68,11 +69,7 @@ from .wire import eventually
 
 
 async def test_registration_owner_and_offset_znodes(kafka_cluster: Any, zookeeper: str) -> None:
-    async with (
-        kafka_cluster(1, num_partitions=2) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (cluster, producer, zk):
         values = {p: [value_for("r", 0, p, i) + b"x" * (i * 7) for i in range(3)] for p in (0, 1)}
         for p, vs in values.items():
             for v in vs:
@@ -143,11 +140,7 @@ async def test_group_converges_and_delivers_exactly_once(
 ) -> None:
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
-    async with (
-        kafka_cluster(2, num_partitions=3) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (cluster, producer, zk):
         early = await produce(producer, TOPIC, parts, 5, "early")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         members = [member(zookeeper) for _ in range(size)]
@@ -195,11 +188,7 @@ async def test_joins_and_leaves_converge_without_loss_or_duplicates(
 ) -> None:
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
-    async with (
-        kafka_cluster(2, num_partitions=3) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, parts, 10, "a")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         members: list[Consumer] = []
@@ -252,11 +241,7 @@ async def test_crashed_member_is_taken_over_without_loss(
 ) -> None:
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
-    async with (
-        kafka_cluster(2, num_partitions=3),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (_, producer, zk):
         produced = await produce(producer, TOPIC, parts, 10, "a")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         members = [member(zookeeper) for _ in range(3)]
@@ -310,11 +295,7 @@ async def test_session_expiry_restarts_every_partition_from_its_committed_offset
     uncommitted work, and nothing is committed from the stale positions."""
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
-    async with (
-        kafka_cluster(2, num_partitions=3) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (cluster, producer, zk):
         first = await produce(producer, TOPIC, parts, 10, "a")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         listener = OffsetsWhenAssigned(zk)
@@ -376,11 +357,7 @@ async def test_session_expiry_in_a_group_loses_nothing(
 ) -> None:
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
-    async with (
-        kafka_cluster(2, num_partitions=3) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, parts, 10, "a")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         members = [member(zookeeper, session_timeout_ms=1500) for _ in range(2)]
@@ -416,11 +393,7 @@ async def test_stopped_broker_partitions_leave_and_return(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
     both = {0: 2, 1: 2}
-    async with (
-        kafka_cluster(2, num_partitions=2) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 2) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, partitions_of(both), 5, "a")
         await wait_registered(zk, TOPIC, both)
         members = [member(zookeeper) for _ in range(2)]
@@ -459,11 +432,7 @@ async def test_auto_offset_reset_without_committed_offsets(
     kafka_cluster: Any, zookeeper: str, reset: str
 ) -> None:
     parts = partitions_of(ONE_BY_TWO)
-    async with (
-        kafka_cluster(1, num_partitions=2) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (cluster, producer, zk):
         old = await produce(producer, TOPIC, parts, 5, "old")
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         ends = await log_ends(cluster, TOPIC)
@@ -482,11 +451,7 @@ async def test_auto_offset_reset_error_raises_out_of_range_from_iteration(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
     parts = partitions_of(ONE_BY_TWO)
-    async with (
-        kafka_cluster(1, num_partitions=2),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (_, producer, zk):
         await produce(producer, TOPIC, parts, 5, "a")
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         # A committed offset past the log end: the broker answers OffsetOutOfRange.
@@ -506,11 +471,7 @@ async def test_auto_offset_reset_error_without_offsets_fails_start_and_leaves_th
     kafka_cluster: Any, zookeeper: str
 ) -> None:
     parts = partitions_of(ONE_BY_TWO)
-    async with (
-        kafka_cluster(1, num_partitions=2),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (_, producer, zk):
         produced = await produce(producer, TOPIC, parts, 5, "a")
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         tasks_before = asyncio.all_tasks()
@@ -532,11 +493,7 @@ async def test_auto_offset_reset_error_without_offsets_fails_start_and_leaves_th
 async def test_default_auto_offset_reset_is_smallest(kafka_cluster: Any, zookeeper: str) -> None:
     """0.7.2's autooffset.reset defaults to smallest (CONFIG §3): a new group reads the
     data that is already there."""
-    async with (
-        kafka_cluster(1, num_partitions=2),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (_, producer, zk):
         old = await produce(producer, TOPIC, partitions_of(ONE_BY_TWO), 3, "old")
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         async with Consumer(TOPIC, group="fresh", zookeeper=zookeeper) as consumer:
@@ -555,11 +512,7 @@ async def test_corrupt_message_comes_after_the_good_ones_once(
     """Messages before a corrupt entry are handed out once; then the error is raised
     once (getmany, getone, iteration), and the partition waits for a seek past it."""
     tp = TopicPartition(TOPIC, 0, 0)
-    async with (
-        kafka_cluster(1, num_partitions=1) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 1) as (cluster, producer, zk):
         values = []
         for i in range(5):  # one entry each
             values.append(value_for("k", 0, 0, i))
@@ -604,11 +557,7 @@ async def test_broker_error_codes_reach_the_application(kafka_cluster: Any, zook
     one gets error 3, which the application sees once as InvalidPartitionError; the
     other partition goes on."""
     good, missing = TopicPartition(TOPIC, 0, 0), TopicPartition(TOPIC, 0, 1)
-    async with (
-        kafka_cluster(1, num_partitions=1),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 1) as (_, producer, zk):
         first = await produce(producer, TOPIC, [(0, 0)], 3, "e")
         await wait_registered(zk, TOPIC, {0: 1})
         await zk.write_persistent(f"/brokers/topics/{TOPIC}/0", "2")
@@ -703,11 +652,7 @@ async def test_streams_iterate_the_partitions_of_their_thread(
 ) -> None:
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
-    async with (
-        kafka_cluster(2, num_partitions=3),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (_, producer, zk):
         produced = await produce(producer, TOPIC, parts, 5, "s")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         async with member(zookeeper, streams=2) as consumer:
@@ -732,11 +677,7 @@ async def test_streams_iterate_the_partitions_of_their_thread(
 async def test_whitelist_spreads_over_streams_and_picks_up_new_topics(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
-    async with (
-        kafka_cluster(1, num_partitions=2),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (_, producer, zk):
         produced: list[bytes] = []
         for topic in ("wa", "wb", "other"):
             produced += await produce(producer, topic, partitions_of(ONE_BY_TWO), 4, topic)
@@ -775,11 +716,7 @@ async def test_getmany_getone_position_seek_and_manual_commit(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
     tp0, tp1 = TopicPartition(TOPIC, 0, 0), TopicPartition(TOPIC, 0, 1)
-    async with (
-        kafka_cluster(1, num_partitions=2) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, partitions_of(ONE_BY_TWO), 10, "m")
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         ends = await log_ends(cluster, TOPIC)
@@ -840,11 +777,7 @@ async def test_commit_racing_consumption_does_not_lose_progress(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
     tp = TopicPartition(TOPIC, 0, 0)
-    async with (
-        kafka_cluster(1, num_partitions=1) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 1) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, [(0, 0)], 10, "r")
         await wait_registered(zk, TOPIC, {0: 1})
         (end,) = (await log_ends(cluster, TOPIC)).values()
@@ -866,11 +799,7 @@ async def test_records_handed_out_while_closing_are_committed(
 ) -> None:
     """Whatever a stream hands out until its iterator ends is covered by close()'s commit
     (0.7.2 clears the queues before committing), so the next owner does not get it again."""
-    async with (
-        kafka_cluster(1, num_partitions=1),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 1) as (_, producer, zk):
         produced = await produce(producer, TOPIC, [(0, 0)], 200, "x")
         await wait_registered(zk, TOPIC, {0: 1})
         consumer = member(zookeeper, auto_commit=False, fetch_size=300)  # ~10 per chunk
@@ -903,11 +832,7 @@ async def test_rebalance_listener_is_awaited_with_revoked_and_assigned_sets(
 ) -> None:
     registrations = {TOPIC: TWO_BY_THREE}
     everything = {TopicPartition(TOPIC, b, p) for b, p in partitions_of(TWO_BY_THREE)}
-    async with (
-        kafka_cluster(2, num_partitions=3),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (_, producer, zk):
         await produce(producer, TOPIC, partitions_of(TWO_BY_THREE), 1, "l")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         listener = RecordingListener()
@@ -935,11 +860,7 @@ async def test_prefetch_is_bounded_while_nothing_is_consumed(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
     limit, fetch_size = 4096, 1024
-    async with (
-        kafka_cluster(1, num_partitions=2) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, partitions_of(ONE_BY_TWO), 400, "p", pad=80)
         await wait_registered(zk, TOPIC, ONE_BY_TWO)
         backlog = sum((await log_ends(cluster, TOPIC)).values())
@@ -977,11 +898,7 @@ async def test_prefetch_is_bounded_while_nothing_is_consumed(
 async def test_close_leaves_no_task_and_no_znode_and_commits(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
-    async with (
-        kafka_cluster(2, num_partitions=3) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, partitions_of(TWO_BY_THREE), 5, "c")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         tasks_before = asyncio.all_tasks()
@@ -1008,11 +925,7 @@ async def test_close_commits_only_with_auto_commit_unless_told(
 ) -> None:
     """ZOOKEEPER §5.4: shutdown commits if autocommit.enable; close(commit=...) decides
     explicitly."""
-    async with (
-        kafka_cluster(1, num_partitions=1) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 1) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, [(0, 0)], 5, "c")
         await wait_registered(zk, TOPIC, {0: 1})
         (end,) = (await log_ends(cluster, TOPIC)).values()
@@ -1054,11 +967,7 @@ async def test_killed_member_process_is_taken_over(
 ) -> None:
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
-    async with (
-        kafka_cluster(2, num_partitions=3),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (_, producer, zk):
         produced = await produce(producer, TOPIC, parts, 10, "a")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         local = member(zookeeper)
@@ -1102,11 +1011,7 @@ async def test_eight_members_converge_and_deliver_exactly_once(
     layout = {0: 6, 1: 6}
     registrations = {TOPIC: layout}
     parts = partitions_of(layout)
-    async with (
-        kafka_cluster(2, num_partitions=6),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 6) as (_, producer, zk):
         produced = await produce(producer, TOPIC, parts, 5, "e")
         await wait_registered(zk, TOPIC, layout)
         members = [member(zookeeper) for _ in range(8)]

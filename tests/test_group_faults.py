@@ -20,11 +20,9 @@ from typing import Any
 
 import pytest
 
-from aiokafka07 import Producer
 from aiokafka07.errors import MalformedFrameError
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.records import ConsumerRecord, TopicPartition
-from aiokafka07.zookeeper import ZooKeeper
 
 from .fetch_proxy import FetchSpoilingProxy
 from .groups import (
@@ -40,6 +38,7 @@ from .groups import (
     member,
     partitions_of,
     produce,
+    running_cluster,
     wait_converged,
     wait_delivered,
     wait_registered,
@@ -76,11 +75,7 @@ async def test_member_stopped_past_its_session_duplicates_only_its_own_uncommitt
     member committed, so none of the other member's work comes twice."""
     registrations = {TOPIC: TWO_BY_THREE}
     parts = partitions_of(TWO_BY_THREE)
-    async with (
-        kafka_cluster(2, num_partitions=3) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (cluster, producer, zk):
         produced = await produce(producer, TOPIC, parts, 20, "a")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         remote = RemoteMember(tmp_path)
@@ -176,11 +171,7 @@ async def test_a_malformed_fetch_answer_is_raised_once_and_the_fetcher_restarts(
     kafka_cluster: Any, zookeeper: str, caplog: pytest.LogCaptureFixture, spoiled: bytes
 ) -> None:
     caplog.set_level(logging.INFO, logger="aiokafka07")
-    async with (
-        kafka_cluster(1, num_partitions=2) as cluster,
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 1, 2) as (cluster, producer, zk):
         parts = [(0, 0), (0, 1)]
         produced = await produce(producer, TOPIC, parts, 20, "m")
         await wait_registered(zk, TOPIC, {0: 2})
@@ -253,11 +244,7 @@ async def test_a_failing_listener_is_logged_and_the_rebalance_completes(
     listener: RaisingListener | HangingListener = (
         RaisingListener() if kind == "raises" else HangingListener()
     )
-    async with (
-        kafka_cluster(2, num_partitions=3),
-        Producer(zookeeper=zookeeper) as producer,
-        ZooKeeper(zookeeper) as zk,
-    ):
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (_, producer, zk):
         produced = await produce(producer, TOPIC, parts, 10, "l")
         await wait_registered(zk, TOPIC, TWO_BY_THREE)
         # A hanging listener is given up on after request_timeout_ms.

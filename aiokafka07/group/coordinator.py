@@ -41,8 +41,7 @@ from ..znodes import (
     GroupRegistry,
     ids_path,
     read_brokers,
-    read_topic_registrations,
-    read_topics,
+    registrations_from_values,
     thread_ids,
     topic_path,
 )
@@ -127,7 +126,6 @@ class Coordinator:
         # Owner nodes we may still hold and must delete: partition → the session that
         # claimed it (revoked, or claimed by a failed attempt).
         self._pending_release: dict[TopicPartition, int] = {}
-        self._watched: set[str] = set()
         self._members = 0
 
     @property
@@ -143,7 +141,6 @@ class Coordinator:
         zk.add_session_listener(self.session_renewed)
         registration = self.settings.subscription.as_registration()
         await self.registry.register(self.consumer_id, registration, session=zk.session_id)
-        zk.add_child_watch_callback(ids_path(self.group), self.trigger)
         await self.rebalance()
 
     async def run(self) -> None:
@@ -219,8 +216,7 @@ class Coordinator:
         states = list(self.assignment.partitions.values())
         for state in states:
             state.fenced = True
-        for stream in self.streams:
-            stream.discard({s for s in states if s.stream is stream})
+        self._discard(states)
         if states:
             log.warning(
                 "%s: ZooKeeper session expired: %d partitions fenced (nothing fetched, "
@@ -344,12 +340,12 @@ class Coordinator:
             await self._forget_all("the ZooKeeper session expired")
             self._broken = False
         subscription = settings.subscription
-        available = await read_topics(zk) if subscription.is_wildcard else []
+        # Each list is read once, leaving the watch whose firing starts the next rebalance.
+        available = sorted(await self._watch(BROKER_TOPICS)) if subscription.is_wildcard else []
         my_topics = subscription.streams_per_topic(available)
-        await self._arm_watches(my_topics)
         members = {
-            member: Subscription.from_registration(registration)
-            for member, registration in (await registry.members()).items()
+            member: Subscription.parse(value)
+            for member, value in (await self._watch_data(ids_path(self.group))).items()
         }
         if self.consumer_id not in members:
             await self._forget_all("its registration was gone")
@@ -360,9 +356,10 @@ class Coordinator:
         self._members = len(members)
         threads = group_threads(members, available or my_topics)
         brokers = await read_brokers(zk)
+        read = await asyncio.gather(*(self._watch_data(topic_path(t)) for t in my_topics))
         wanted: dict[TopicPartition, str] = {}
-        for topic, count in my_topics.items():
-            registrations = await read_topic_registrations(zk, topic)
+        for (topic, count), values in zip(my_topics.items(), read, strict=True):
+            registrations = registrations_from_values(topic, values)
             ranges = assign(partition_names(registrations), threads.get(topic, []))
             for thread in thread_ids(self.consumer_id, count):
                 for name in ranges.get(thread, []):
@@ -523,20 +520,15 @@ class Coordinator:
                 method,
             )
 
-    async def _arm_watches(self, topics: Iterable[str]) -> None:
-        zk = self.zookeeper
-        await zk.watch_children(ids_path(self.group))
-        if self.settings.subscription.is_wildcard:
-            if BROKER_TOPICS not in self._watched:
-                zk.add_child_watch_callback(BROKER_TOPICS, self.trigger)
-                self._watched.add(BROKER_TOPICS)
-            await zk.watch_children(BROKER_TOPICS)
-        for topic in topics:
-            path = topic_path(topic)
-            if path not in self._watched:
-                zk.add_child_watch_callback(path, self.trigger)
-                self._watched.add(path)
-            await zk.watch_children(path)
+    async def _watch(self, path: str) -> list[str]:
+        """The children of ``path``, leaving a watch on it that triggers a rebalance."""
+        self.zookeeper.add_child_watch_callback(path, self.trigger)  # (once per path)
+        return await self.zookeeper.watch_children(path)
+
+    async def _watch_data(self, path: str) -> dict[str, str | None]:
+        """The children of ``path`` with their values, as :meth:`_watch`."""
+        self.zookeeper.add_child_watch_callback(path, self.trigger)
+        return await self.zookeeper.watch_children_data(path)
 
 
 def describe(partitions: Iterable[TopicPartition]) -> str:

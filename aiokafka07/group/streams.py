@@ -339,14 +339,7 @@ class Stream:
     ) -> None:
         """Queue the records of one fetch of ``state``'s partition that started at
         ``base`` (an empty list moves the position to ``base``: an offset reset)."""
-        chunk = Chunk(state, records, size, base)
-        if state.paused:
-            state.parked.append(chunk)
-            return
-        self._chunks.append(chunk)
-        state.buffered += 1
-        self._buffered += size
-        self._wake()
+        self.put_chunk(Chunk(state, records, size, base))
 
     def put_error(self, exc: BaseException, state: PartitionState | None = None) -> None:
         """Queue ``exc`` behind what is buffered (for ``state``'s partition, if given)."""
