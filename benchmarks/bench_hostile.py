@@ -45,16 +45,9 @@ from aiokafka07 import BrokerAddress, BrokerConnection, SimpleConsumer
 from aiokafka07.broker import Broker, BrokerConfig
 from aiokafka07.errors import KafkaError
 from aiokafka07.protocol import LATEST, encode_produce_request
-from aiokafka07.testing.hostile import SNAPPY_3_GIB, gzip_bomb
+from aiokafka07.testing.hostile import SNAPPY_3_GIB, gzip_bomb, peak_rss
 
 MIB = 1 << 20
-
-
-def peak_rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc")
 
 
 def spread(values: list[float]) -> dict[str, float]:

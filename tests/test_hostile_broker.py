@@ -22,21 +22,13 @@ import pytest
 from aiokafka07.broker.config import DECOMPRESSION_RATIO, BrokerConfig
 from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.protocol import LATEST, decode_message_set, encode_produce_request
-from aiokafka07.testing.hostile import SNAPPY_3_GIB, gzip_bomb
+from aiokafka07.testing.hostile import SNAPPY_3_GIB, gzip_bomb, peak_rss
 from aiokafka07.testing.process import start_broker_process
 
 from .wire import RawConnection, eventually
 
 #: The default bound: 64 x max.message.size (1,000,000).
 BOUND = BrokerConfig(broker_id=0, log_dir=Path("."), enable_zookeeper=False).decompression_bound()
-
-
-def peak_rss(pid: int) -> int:
-    """The process's peak resident set size (VmHWM), in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
 
 
 @pytest.fixture

@@ -110,8 +110,8 @@ class Broker:
         self._inflating = asyncio.Semaphore(1)
         self._topics_to_register: asyncio.Queue[str] = asyncio.Queue()
         self._registered_topics: set[str] = set()
-        self._flushing: set[Log] = set()
-        self._flush_tasks: set[asyncio.Task[None]] = set()
+        # The flush running in a worker thread for each log (at most one per log).
+        self._flushes: dict[Log, asyncio.Task[None]] = {}
         self._port = config.port
         self.requests_handled = 0
 
@@ -213,8 +213,8 @@ class Broker:
                 task.cancel()
         # Flushes already running complete either way (a thread cannot be interrupted):
         # wait for them before the supervisor cancels what is left.
-        if self._flush_tasks:
-            await asyncio.wait(list(self._flush_tasks), timeout=30)
+        if self._flushes:
+            await asyncio.wait(list(self._flushes.values()), timeout=30)
         await self._supervisor.aclose()
         await asyncio.gather(*self._connections, return_exceptions=True)
         self._connections.clear()
@@ -274,7 +274,7 @@ class Broker:
         self._supervisor.spawn(name, loop, policy=CrashPolicy.RESTART, max_restarts=100)
 
     def _flush_in_background(self, partition_log: Log) -> None:
-        if partition_log in self._flushing:
+        if partition_log in self._flushes:
             return  # a flush is running; it or the next append covers the new data
         if self._supervisor.closed:
             return  # shutting down: closing the logs flushes them
@@ -283,15 +283,12 @@ class Broker:
             try:
                 await asyncio.to_thread(partition_log.flush)
             finally:
-                self._flushing.discard(partition_log)
+                self._flushes.pop(partition_log, None)
 
-        self._flushing.add(partition_log)
         # A failed flush is logged; the data stays unflushed and the flusher retries it.
-        task = self._supervisor.spawn(
+        self._flushes[partition_log] = self._supervisor.spawn(
             f"flush-{partition_log.name}", flush(), policy=CrashPolicy.LOG
         )
-        self._flush_tasks.add(task)
-        task.add_done_callback(self._flush_tasks.discard)
 
     async def _flusher(self) -> None:
         interval = self.config.log_default_flush_scheduler_interval_ms / 1000
@@ -475,12 +472,11 @@ class Broker:
         async with self._inflating:
             try:
                 count = await asyncio.to_thread(count_messages, valid, max_decompressed=bound)
-            except CompressionError as exc:
-                if exc.limit is None:
-                    raise _Close(f"invalid compressed message set: {exc}") from exc
-                raise _Close(
-                    f"refusing a produce over max.decompressed.bytes: {exc}", level=logging.WARNING
-                ) from exc
             except ProtocolError as exc:
+                if isinstance(exc, CompressionError) and exc.limit is not None:
+                    raise _Close(
+                        f"refusing a produce over max.decompressed.bytes: {exc}",
+                        level=logging.WARNING,
+                    ) from exc
                 raise _Close(f"invalid compressed message set: {exc}") from exc
         return summary.valid_bytes, count

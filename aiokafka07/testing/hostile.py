@@ -1,18 +1,20 @@
 """Hostile message sets, for testing that a client or broker stays bounded.
 
 Each is valid up to the point where it costs memory or time: correct CRCs, so decoders
-get as far as decompressing. Used by the test suite and ``benchmarks/bench_hostile.py``.
+get as far as decompressing; :func:`peak_rss` measures what one cost a process. Used by
+the test suite and ``benchmarks/bench_hostile.py``.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 from ..protocol import encode_message_set, gzip_compress
 from ..protocol._accel import impl as _impl
 
-__all__ = ["INNER_PARTIAL_WRAPPER", "SNAPPY_3_GIB", "gzip_bomb"]
+__all__ = ["INNER_PARTIAL_WRAPPER", "SNAPPY_3_GIB", "gzip_bomb", "peak_rss"]
 
 #: One snappy wrapper (22 bytes) whose raw block declares 3,572,681,096 uncompressed
 #: bytes; unbounded, decoding it allocates that much before seeing the block is corrupt.
@@ -42,3 +44,11 @@ def gzip_bomb(messages: int, message_size: int = 1 << 20) -> bytes:
     parts.append(deflater.flush())
     parts.append(struct.pack("<II", crc, (messages * len(entry)) & 0xFFFFFFFF))
     return bytes(_impl.encode_message_set([b"".join(parts)], 1, 1))
+
+
+def peak_rss(pid: int) -> int:
+    """A process's peak resident set size (VmHWM in ``/proc/<pid>/status``), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
