@@ -50,6 +50,7 @@ from typing import Any
 from common import start_broker
 
 from aiokafka07 import SimpleConsumer
+from aiokafka07.broker.log import segment_file_name
 from aiokafka07.protocol import encode_message_set
 
 PAYLOAD = 100
@@ -69,7 +70,7 @@ def write_segments(log_dir: Path, topic: str, partitions: int, messages: int) ->
     for p in range(partitions):
         directory = log_dir / f"{topic}-{p}"
         directory.mkdir(parents=True)
-        with open(directory / f"{0:020d}.kafka", "wb") as segment:
+        with open(directory / segment_file_name(0), "wb") as segment:
             for _ in range(messages // partitions // BATCH):
                 segment.write(chunk)
             sizes.append(segment.tell())

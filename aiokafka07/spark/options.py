@@ -569,10 +569,7 @@ class WriteOptions:
                 raise OptionError(f"option {name!r} applies to reads only")
         topic = (options.get("topic") or "").strip() or None
         if topic is not None:
-            try:
-                validate_topic(topic)
-            except KafkaError as exc:
-                raise OptionError(f"option 'topic': {exc}") from None
+            _topic_name("topic", topic)
         try:
             compression = Compression.parse(options.get("compression", "none"))
         except (KafkaError, ValueError) as exc:

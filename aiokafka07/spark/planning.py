@@ -210,13 +210,8 @@ async def discover(
     found: list[tuple[TopicPartition, BrokerAddress]] = []
     absent: dict[str, str] = {}
     for topic in topics:
-        if not await topic_exists(zookeeper, topic):
-            known = ", ".join(await read_topics(zookeeper)) or "none"
-            absent[topic] = (
-                f"topic {topic!r} does not exist: no broker has registered it under "
-                f"{BROKER_TOPICS} (topics: {known})"
-            )
-            continue
+        # A topic's node is persistent: only a topic without registrations can be one
+        # that does not exist, so only then is ZooKeeper asked which it is.
         registered = await read_topic_registrations(zookeeper, topic)
         live = [
             (TopicPartition(topic, broker_id, p), brokers[broker_id])
@@ -224,9 +219,16 @@ async def discover(
             if broker_id in brokers  # else a registration outliving its broker
             for p in range(count)
         ]
-        if not live:
+        if live:
+            found.extend(live)
+        elif registered or await topic_exists(zookeeper, topic):
             absent[topic] = f"no live broker serves topic {topic!r} now"
-        found.extend(live)
+        else:
+            known = ", ".join(await read_topics(zookeeper)) or "none"
+            absent[topic] = (
+                f"topic {topic!r} does not exist: no broker has registered it under "
+                f"{BROKER_TOPICS} (topics: {known})"
+            )
     return Discovery(sorted(found), absent, matched_nothing)
 
 
