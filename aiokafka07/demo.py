@@ -37,7 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,12 @@ from .producer import Producer
 from .protocol import LATEST
 from .simple import SimpleConsumer
 from .testing.local import LocalCluster, local_cluster
-from .tools.common import in_daemon_thread, require_zookeeper, stop_acknowledged
+from .tools.common import (
+    describe_exit_status,
+    in_daemon_thread,
+    require_zookeeper,
+    stop_acknowledged,
+)
 from .tools.progress import Counter, LiveCount
 
 __all__ = ["configure", "run"]
@@ -77,14 +82,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark stages")
     parser.add_argument("--static", action="store_true", help="no ZooKeeper: a static broker list")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
-    parser.epilog = (
-        "exit status:\n"
-        "  0    every path agrees\n"
-        "  1    some path disagrees, or an error, reported in one line\n"
-        "  2    bad arguments\n"
-        "  130  interrupted (Ctrl-C or SIGTERM); everything it started is stopped"
+    describe_exit_status(
+        parser,
+        {
+            0: "every path agrees",
+            1: "some path disagrees, or an error, reported in one line",
+            130: "interrupted (Ctrl-C or SIGTERM); everything it started is stopped",
+        },
     )
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 class _Interrupted(Exception):
@@ -489,13 +494,14 @@ async def log_ends(cluster: LocalCluster, partitions: int) -> dict[str, int]:
     return dict(ends)
 
 
-async def group_offsets(cluster: LocalCluster, group: str) -> dict[str, int]:
+async def group_offsets(cluster: LocalCluster, groups: Iterable[str]) -> dict[str, dict[str, int]]:
+    """The committed offsets of each group, read in one ZooKeeper session."""
     from .znodes import GroupRegistry
     from .zookeeper import ZooKeeper
 
     assert cluster.zookeeper is not None
     async with ZooKeeper(cluster.zookeeper) as zk:
-        return await GroupRegistry(zk, group).offsets(TOPIC)
+        return {group: await GroupRegistry(zk, group).offsets(TOPIC) for group in groups}
 
 
 def print_agreement(report: Report, produced: Counts) -> bool:
@@ -615,10 +621,9 @@ async def _pipeline(
                 await resources.aclose()  # Spark stopped before the report
             report.current = "the report"
             ends = await log_ends(cluster, args.partitions)
-            offsets = {}
+            offsets: dict[str, dict[str, int]] = {}
             if cluster.zookeeper is not None:
-                for group in ("pageview-counter", "spark-pageviews"):
-                    offsets[group] = await group_offsets(cluster, group)
+                offsets = await group_offsets(cluster, ("pageview-counter", "spark-pageviews"))
         except asyncio.CancelledError:
             # Ctrl-C / SIGTERM: acknowledged here, so that stopping Spark and the cluster
             # on the way out runs (with its own time bounds) as any clean-up does.

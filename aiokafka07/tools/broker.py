@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..broker import Broker, BrokerConfig
 from ..broker.config import parse_properties
-from .common import ChunkReader, UsageError, stop_acknowledged
+from .common import ChunkReader, UsageError, parse_settings, stop_acknowledged
 
 LOG_LEVEL = logging.INFO
 
@@ -60,11 +60,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     properties: dict[str, str] = {}
     if args.config is not None:
         properties.update(parse_properties(args.config.read_text()))
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UsageError(f"--set {item!r} is not KEY=VALUE")
-        properties[key.strip()] = value.strip()
+    properties.update(parse_settings(args.set))
     for key, value in (
         ("brokerid", args.broker_id),
         ("port", args.port),

@@ -26,7 +26,13 @@ from pathlib import Path
 from ..testing.local import PROMPT_FLUSH, local_cluster
 from ..testing.process import BrokerStartError
 from ..testing.zookeeper_server import ZooKeeperStartError
-from .common import CommandError, positive_int, require_zookeeper, stop_acknowledged
+from .common import (
+    CommandError,
+    parse_settings,
+    positive_int,
+    require_zookeeper,
+    stop_acknowledged,
+)
 
 LOG_LEVEL = logging.WARNING
 
@@ -85,18 +91,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-def _settings(items: list[str]) -> dict[str, str]:
-    from .common import UsageError
-
-    settings = dict(PROMPT_FLUSH)
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UsageError(f"--set {item!r} is not KEY=VALUE")
-        settings[key.strip()] = value.strip()
-    return settings
-
-
 @contextlib.asynccontextmanager
 async def _reported() -> AsyncIterator[None]:
     """A process that would not start (a port in use, say) is the user's to fix: one line."""
@@ -111,7 +105,7 @@ def say(text: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    settings = _settings(args.set)
+    settings = {**PROMPT_FLUSH, **parse_settings(args.set)}
     for name, value in (("--zookeeper-port", args.zookeeper_port), ("--port", args.port)):
         if not 0 <= value <= 65535 - args.brokers:
             raise CommandError(f"{name} {value} is not a port")

@@ -1,6 +1,6 @@
 """What the console tools share: cluster options, discovery, tables, and I/O that never
-stalls the event loop (progress displays are :mod:`.progress`'s; ``Progress`` is
-re-exported here).
+stalls the event loop (progress displays are :mod:`.progress`'s; ``Progress`` and its
+helpers ``human_bytes``, ``plural`` and ``rate`` are re-exported here).
 
 Reading stdin and writing stdout happen in daemon threads: a terminal or a slow pipe
 (``| less``) can block for as long as it likes while the event loop keeps ZooKeeper
@@ -26,7 +26,7 @@ from ..connection import BrokerAddress
 from ..records import TopicPartition
 from ..znodes import GroupRegistry, read_brokers, read_topic_registrations
 from ..zookeeper import ZooKeeper
-from .progress import Progress, human_bytes, rate
+from .progress import Progress, human_bytes, plural, rate
 
 T = TypeVar("T")
 
@@ -48,6 +48,7 @@ __all__ = [
     "non_negative_int",
     "parse_broker_partitions",
     "parse_brokers",
+    "parse_settings",
     "plural",
     "positive_float",
     "positive_int",
@@ -95,6 +96,18 @@ def _integer(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def parse_settings(items: Sequence[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` (repeatable) as ``server.properties`` keys and values; a later
+    key overrides an earlier one."""
+    settings: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise UsageError(f"--set {item!r} is not KEY=VALUE")
+        settings[key.strip()] = value.strip()
+    return settings
 
 
 def positive_float(text: str) -> float:
@@ -247,11 +260,6 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
-
-
-def plural(count: int, word: str) -> str:
-    """``1 member``, ``2 members``."""
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 # -- stdin / stdout through daemon threads ------------------------------------------------

@@ -59,6 +59,7 @@ from .common import (
     plural,
     positive_int,
     read_brokers,
+    refuse_live_members,
     stop_acknowledged,
     topic_partitions,
     zookeeper_session,
@@ -350,9 +351,7 @@ async def _nothing_to_read(zk: ZooKeeper, args: argparse.Namespace) -> str | Non
                 "(a broker creates a topic at its first message)"
             )
         return None
-    topic_filter = TopicFilter.parse(
-        args.whitelist or args.blacklist, whitelist=bool(args.whitelist)
-    )
+    topic_filter = _topic_filter(args)
     topics = await znodes.read_topics(zk)
     if not any(topic_filter.allows(topic) for topic in topics):
         which = "--whitelist" if args.whitelist else "--blacklist"
@@ -360,22 +359,23 @@ async def _nothing_to_read(zk: ZooKeeper, args: argparse.Namespace) -> str | Non
     return None
 
 
+def _topic_filter(args: argparse.Namespace) -> TopicFilter:
+    """The topics ``--whitelist`` or ``--blacklist`` selects."""
+    return TopicFilter.parse(args.whitelist or args.blacklist, whitelist=bool(args.whitelist))
+
+
 async def _forget_offsets(zk: ZooKeeper, args: argparse.Namespace) -> None:
     """--from-beginning with a named group: delete its committed offsets of the consumed
     topics (0.7.2 deletes the whole group), refusing while the group has live members."""
     registry = GroupRegistry(zk, args.group)
-    members = await registry.member_ids()
-    if members:
-        raise CommandError(
-            f"group {args.group} has {plural(len(members), 'live member')}; --from-beginning would "
-            "reset their offsets (stop them first, or use another --group)"
-        )
+    await refuse_live_members(
+        registry,
+        "--from-beginning would reset their offsets (stop them first, or use another --group)",
+    )
     if args.topic:
         topics = [args.topic]
     else:
-        topic_filter = TopicFilter.parse(
-            args.whitelist or args.blacklist, whitelist=bool(args.whitelist)
-        )
+        topic_filter = _topic_filter(args)
         topics = [t for t in await registry.offset_topics() if topic_filter.allows(t)]
     for topic in topics:
         await delete_tree(zk, znodes.offsets_path(args.group, topic))

@@ -34,6 +34,7 @@ from .common import (
     CommandError,
     Progress,
     UsageError,
+    add_progress_option,
     add_zk_timeout,
     parse_brokers,
     positive_float,
@@ -87,12 +88,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=10000,
         help="flush the producer and commit offsets this often (10000)",
     )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="report progress on stderr (default: when stderr is a terminal)",
-    )
+    add_progress_option(parser)
     parser.add_argument(
         "--progress-interval",
         type=positive_float,

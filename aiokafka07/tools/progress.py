@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from ..supervisor import CrashPolicy, Supervisor
 
-__all__ = ["Counter", "LiveCount", "Progress", "human_bytes", "rate"]
+__all__ = ["Counter", "LiveCount", "Progress", "human_bytes", "plural", "rate"]
 
 log = logging.getLogger("aiokafka07.tools")
 
@@ -47,7 +47,8 @@ def human_bytes(count: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
+    """``1 member``, ``2 members``."""
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
@@ -171,7 +172,7 @@ class Progress(_Shown):
         """``produced 10 messages (1.2 KiB) in 0.05 s: 200 msg/s, 24.0 KiB/s``."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         return (
-            f"{self.verb} {_plural(self.messages, 'message')} ({human_bytes(self.bytes)}) in "
+            f"{self.verb} {plural(self.messages, 'message')} ({human_bytes(self.bytes)}) in "
             f"{elapsed:.2f} s: {rate(self.messages / elapsed)} msg/s, "
             f"{human_bytes(self.bytes / elapsed)}/s"
         )
