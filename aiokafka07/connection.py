@@ -57,6 +57,7 @@ from .protocol import (
 )
 from .protocol.conversation import Conversation, Exchange
 from .protocol.messages import BytesLike
+from .supervisor import mark_retrieved
 from .validation import check_int, check_ms, check_optional_int, renamed_options_to_ms
 
 __all__ = ["BrokerAddress", "BrokerConnection", "check_message_sizes"]
@@ -99,12 +100,6 @@ def check_message_sizes(message_set: BytesLike, max_message_size: int) -> None:
                 f"{kind} payload of {len(message.value)} bytes exceeds max.message.size "
                 f"{max_message_size}; a 0.7 broker would drop it silently"
             )
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a future's exception as seen (its failure is reported another way)."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _not_done(future: asyncio.Future[Any]) -> bool:
@@ -617,7 +612,7 @@ class BrokerConnection(asyncio.Protocol):
         if confirm:
             return await self._answer(future)
         # Flow control for a produce nobody confirms; its failure, if known, is raised.
-        future.add_done_callback(_retrieve)  # the caller does not wait for the write
+        future.add_done_callback(mark_retrieved)  # the caller does not wait for the write
         await self._writable()
         if future.done() and not future.cancelled() and future.exception() is not None:
             raise future.exception()  # type: ignore[misc]

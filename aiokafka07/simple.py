@@ -31,7 +31,7 @@ from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
 from .protocol.requests import validate_topic
 from .records import ConsumerRecord
-from .validation import check_int, check_ms, check_optional_int, check_optional_ms
+from .validation import INT32_MAX, check_int, check_ms, check_optional_int, check_optional_ms
 
 __all__ = ["EARLIEST", "LATEST", "FetchResult", "SimpleConsumer"]
 
@@ -41,7 +41,6 @@ T = TypeVar("T")
 
 #: 0.7.2 consumer ``fetch.size``.
 FETCH_SIZE = 1048576
-_INT32_MAX = (1 << 31) - 1
 
 
 class FetchResult(NamedTuple):
@@ -96,9 +95,9 @@ class SimpleConsumer:
             raise InvalidConfigError(f"host must be a non-empty str, not {host!r}")
         port = check_int("port", port, minimum=1, maximum=65535)
         broker_id = check_optional_int("broker_id", broker_id, minimum=0)
-        fetch_size = check_int("fetch_size", fetch_size, minimum=1, maximum=_INT32_MAX)
+        fetch_size = check_int("fetch_size", fetch_size, minimum=1, maximum=INT32_MAX)
         max_fetch_size = check_int(
-            "max_fetch_size", max_fetch_size, minimum=fetch_size, maximum=_INT32_MAX
+            "max_fetch_size", max_fetch_size, minimum=fetch_size, maximum=INT32_MAX
         )
         if pool is not None and not isinstance(pool, ConnectionPool):
             raise InvalidConfigError(f"pool must be a ConnectionPool, not {pool!r}")

@@ -38,7 +38,7 @@ from typing import Any
 
 from .backoff import Backoff
 
-__all__ = ["CrashPolicy", "Supervisor", "SupervisorClosedError"]
+__all__ = ["CrashPolicy", "Supervisor", "SupervisorClosedError", "mark_retrieved"]
 
 _log = logging.getLogger("aiokafka07.supervisor")
 
@@ -225,3 +225,10 @@ class Supervisor:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def mark_retrieved(future: asyncio.Future[Any]) -> None:
+    """A done callback for a future whose failure is reported another way (nobody awaits
+    it): marks its exception as seen, so asyncio does not log it as never retrieved."""
+    if not future.cancelled():
+        future.exception()

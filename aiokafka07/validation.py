@@ -25,6 +25,7 @@ from typing import Any
 from .errors import InvalidConfigError
 
 __all__ = [
+    "INT32_MAX",
     "check_int",
     "check_ms",
     "check_number",
@@ -34,6 +35,10 @@ __all__ = [
     "renamed_options_to_ms",
     "renamed_to_ms",
 ]
+
+#: The largest value of a 0.7 int32 field (sizes, broker ids, partitions): the bound of
+#: every such setting and argument.
+INT32_MAX = (1 << 31) - 1
 
 
 def _describe(minimum: float | None, maximum: float | None, above: bool) -> str:

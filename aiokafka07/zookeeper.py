@@ -32,7 +32,7 @@ from aiozk import protocol
 from aiozk.states import States
 
 from .errors import ZNodeConflictError, ZooKeeperError
-from .supervisor import CrashPolicy, Supervisor
+from .supervisor import CrashPolicy, Supervisor, mark_retrieved
 
 __all__ = ["ZooKeeper", "parse_connect_string"]
 
@@ -266,7 +266,7 @@ class ZooKeeper:
                 waiting.discard(interrupted)
             if not task.done():  # interrupted, or we are cancelled: never send it again
                 task.cancel()
-                task.add_done_callback(_retrieve)
+                task.add_done_callback(mark_retrieved)
         await asyncio.wait({task})
         raise ZooKeeperError(
             f"the connection of ZooKeeper session {session:#x} broke during a write; "
@@ -456,12 +456,6 @@ class ZooKeeper:
             return True, _decode(await self._call(self.client.get_data(path)))
         except zk_exc.NoNode:
             return False, None
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark an abandoned task's outcome as seen (it was cancelled on purpose)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class _WatchWrapper:

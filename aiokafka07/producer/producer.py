@@ -41,7 +41,7 @@ from ..errors import (
 from ..pool import ConnectionPool
 from ..protocol import Compression, _accel, validate_topic
 from ..supervisor import Supervisor
-from ..validation import check_int, check_ms, check_number, check_optional_ms
+from ..validation import INT32_MAX, check_int, check_ms, check_number, check_optional_ms
 from .accumulator import Accumulator
 from .batch import Batch, BatchBuilder, Route, check_message_size, serialize
 from .encoding import MessageSetEncoder, topics_to_compress
@@ -52,8 +52,6 @@ from .sender import Sender, exc_closed
 __all__ = ["Producer"]
 
 log = logging.getLogger("aiokafka07.producer")
-
-_INT32_MAX = (1 << 31) - 1
 
 
 def _check_callable(name: str, value: object) -> None:
@@ -110,12 +108,12 @@ class Producer:
         max_buffered_bytes = check_int("max_buffered_bytes", max_buffered_bytes, minimum=1)
         self.max_in_flight = check_int("max_in_flight", max_in_flight, minimum=1)
         max_request_bytes = check_int(
-            "max_request_bytes", max_request_bytes, minimum=1, maximum=_INT32_MAX
+            "max_request_bytes", max_request_bytes, minimum=1, maximum=INT32_MAX
         )
         retries = check_int("retries", retries, minimum=0)
         retry_backoff = check_number("retry_backoff_ms", retry_backoff_ms, minimum=0, above=True)
         self.max_message_size = check_int(
-            "max_message_size", max_message_size, minimum=1, maximum=_INT32_MAX
+            "max_message_size", max_message_size, minimum=1, maximum=INT32_MAX
         )
         request_timeout_ms = check_ms(
             "Producer", "request_timeout_ms", request_timeout_ms, request_timeout, above=True

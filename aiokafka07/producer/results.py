@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import ProducerClosedError
+from ..supervisor import mark_retrieved
 from .batch import Batch
 
 __all__ = ["EncodedMessage", "Outcomes", "ProduceResult", "ProducerMetrics"]
@@ -62,12 +63,6 @@ class EncodedMessage(Protocol):
 Where = tuple[str, int, int]
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    # Nobody may be waiting for a failed message: close() reports it instead.
-    if not future.cancelled():
-        future.exception()
-
-
 class Outcomes:
     """The ledger: every message accepted ends here exactly once.
 
@@ -107,7 +102,8 @@ class Outcomes:
         for future in batch.futures:
             if not future.done():
                 future.set_exception(exc)
-                future.add_done_callback(_retrieve)
+                # Nobody may be waiting for a failed message: close() reports it instead.
+                future.add_done_callback(mark_retrieved)
         self.metrics.messages_failed += batch.count
         entry = self.failures.setdefault(batch.where, [0, exc])
         entry[0] += batch.count

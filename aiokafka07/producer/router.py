@@ -21,12 +21,11 @@ from typing import Any
 from ..cluster import Cluster
 from ..errors import InvalidConfigError, InvalidPartitionError, NoBrokersError
 from ..partitioner import default_partition
+from ..validation import INT32_MAX
 
 __all__ = ["Partitioner", "Router", "check_partition"]
 
 Partitioner = Callable[[Any, int], int]
-
-_INT32_MAX = (1 << 31) - 1
 
 
 def _is_int(value: object) -> bool:
@@ -50,15 +49,15 @@ def check_partition(partition: object) -> tuple[int, int]:
             f"partition must be a (broker id, partition) pair, not {partition!r}"
         )
     broker_id, number = partition
-    if not _is_int(broker_id) or not 0 <= broker_id <= _INT32_MAX:
+    if not _is_int(broker_id) or not 0 <= broker_id <= INT32_MAX:
         raise InvalidPartitionError(
             f"partition {tuple(partition)!r}: the broker id must be an int from 0 to "
-            f"{_INT32_MAX}, not {broker_id!r}"
+            f"{INT32_MAX}, not {broker_id!r}"
         )
-    if not _is_int(number) or not -1 <= number <= _INT32_MAX:
+    if not _is_int(number) or not -1 <= number <= INT32_MAX:
         raise InvalidPartitionError(
             f"partition {tuple(partition)!r}: the partition must be an int from -1 to "
-            f"{_INT32_MAX}, not {number!r}"
+            f"{INT32_MAX}, not {number!r}"
         )
     return broker_id, number
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from ..errors import BrokerError, MalformedFrameError, OffsetOutOfRangeError, error_for_code
+from ..validation import INT32_MAX
 from ._reader import Reader
 from .messages import BytesLike, DecodedMessageSet, decode_message_set
 from .requests import MAX_MULTI_COUNT
@@ -36,7 +37,6 @@ __all__ = [
 _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">ih")  # size, error code
 _OFFSETS_HEAD = struct.Struct(">ihi")  # size, error code, count
-_INT32_MAX = (1 << 31) - 1
 
 
 class FetchResponse(NamedTuple):
@@ -127,7 +127,7 @@ def decode_offsets_response(frame: BytesLike) -> OffsetsResponse:
 def encode_fetch_response(error_code: int, message_set: BytesLike = b"") -> bytes:
     """A whole FETCH response frame."""
     size = 2 + len(memoryview(message_set).cast("B"))
-    if size > _INT32_MAX:
+    if size > INT32_MAX:
         raise ValueError("fetch response larger than 2 GiB")
     return _HEAD.pack(size, error_code) + bytes(message_set)
 
@@ -138,7 +138,7 @@ def encode_multifetch_response(responses: Iterable[FetchResponse | tuple[Any, ..
     if len(parts) > MAX_MULTI_COUNT:
         raise ValueError(f"more than {MAX_MULTI_COUNT} fetch responses")
     size = 2 + sum(map(len, parts))
-    if size > _INT32_MAX:
+    if size > INT32_MAX:
         raise ValueError("multifetch response larger than 2 GiB")
     return b"".join([_HEAD.pack(size, 0), *parts])
 
@@ -189,7 +189,7 @@ class FrameSplitter:
     #: buffer, where several small answers often arrive in one read).
     COLLECT_FROM = 1 << 16
 
-    def __init__(self, *, min_size: int = 2, max_size: int = _INT32_MAX) -> None:
+    def __init__(self, *, min_size: int = 2, max_size: int = INT32_MAX) -> None:
         self.min_size = min_size
         self.max_size = max_size
         self._buf = bytearray()
