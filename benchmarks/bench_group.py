@@ -37,7 +37,6 @@ import logging
 import os
 import random
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from common import start_broker
+from common import spread, start_broker, write_segments
 
 from aiokafka07 import SimpleConsumer
 from aiokafka07.group.consumer import Consumer
@@ -63,18 +62,13 @@ MODES = ("floor", "async_for", "getmany")
 
 
 def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, codec: str) -> int:
-    """0.7.2 segment files ``<log.dir>/<topic>-<p>/00000000000000000000.kafka``; returns
-    how many messages were written (whole sets of 1000 per partition)."""
+    """About ``messages`` over ``partitions`` segment files; returns how many messages
+    were written (whole sets of 1000 per partition)."""
     rng = random.Random(11)
     payloads = [rng.randbytes(30) + b"m" * (PAYLOAD - 30) for _ in range(1000)]
     chunk = encode_message_set(payloads, compression=codec)
     per_partition = messages // partitions // 1000
-    for p in range(partitions):
-        directory = log_dir / f"{topic}-{p}"
-        directory.mkdir(parents=True)
-        with open(directory / f"{0:020d}.kafka", "wb") as segment:
-            for _ in range(per_partition):
-                segment.write(chunk)
+    write_segments(log_dir, topic, partitions, chunk, per_partition)
     return per_partition * 1000 * partitions
 
 
@@ -151,10 +145,6 @@ async def group_read(connect: str, topic: str, expected: int, mode: str) -> Run:
     if run.count != expected:
         raise RuntimeError(f"{mode} read {run.count} messages, expected {expected}")
     return run
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 async def cpu_per_message(

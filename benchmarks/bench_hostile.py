@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import start_broker
+from common import spread, start_broker
 
 from aiokafka07 import BrokerAddress, BrokerConnection, SimpleConsumer
 from aiokafka07.broker import Broker, BrokerConfig
@@ -48,10 +48,6 @@ from aiokafka07.protocol import LATEST, encode_produce_request
 from aiokafka07.testing.hostile import SNAPPY_3_GIB, gzip_bomb, peak_rss
 
 MIB = 1 << 20
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 async def round_trips(conn: BrokerConnection, stop: asyncio.Event) -> list[float]:

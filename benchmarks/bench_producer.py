@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from common import start_broker
+from common import spread, start_broker
 
 from aiokafka07 import SimpleConsumer
 from aiokafka07.producer import Producer
@@ -217,10 +217,6 @@ async def count_messages(port: int, topic: str) -> int:
         async for batch in consumer.batches(topic, 0, 0):
             count += len(batch.messages)
     return count
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 async def run(messages: int, rounds: int) -> dict[str, Any]:

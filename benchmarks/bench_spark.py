@@ -37,7 +37,6 @@ import os
 import random
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,10 +46,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import start_broker
+from common import spread, start_broker, write_segments
 
 from aiokafka07 import SimpleConsumer
-from aiokafka07.broker.log import segment_file_name
 from aiokafka07.protocol import encode_message_set
 
 PAYLOAD = 100
@@ -60,21 +58,12 @@ SPLIT = "split"
 WORKERS = 2
 
 
-def write_segments(log_dir: Path, topic: str, partitions: int, messages: int) -> list[int]:
-    """0.7.2 segment files ``<log.dir>/<topic>-<p>/00000000000000000000.kafka``, one per
-    partition, ``messages`` spread evenly; returns each partition's size."""
+def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int) -> list[int]:
+    """``messages`` spread evenly over ``partitions`` segment files; each partition's size."""
     rng = random.Random(5)
     payloads = [rng.randbytes(30) + b"v" * (PAYLOAD - 30) for _ in range(BATCH)]
     chunk = encode_message_set(payloads)
-    sizes = []
-    for p in range(partitions):
-        directory = log_dir / f"{topic}-{p}"
-        directory.mkdir(parents=True)
-        with open(directory / segment_file_name(0), "wb") as segment:
-            for _ in range(messages // partitions // BATCH):
-                segment.write(chunk)
-            sizes.append(segment.tell())
-    return sizes
+    return write_segments(log_dir, topic, partitions, chunk, messages // partitions // BATCH)
 
 
 async def library_read(port: int, partitions: int) -> tuple[int, float]:
@@ -228,10 +217,6 @@ class StandaloneCluster:
                 os.killpg(process.pid, signal.SIGKILL)  # executors left in the group
 
 
-def stats(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def broker_bytes_read(pid: int) -> int:
     """Bytes the broker process has read through read()/pread() calls (its log files and
     its sockets): ``rchar`` of /proc/<pid>/io."""
@@ -348,19 +333,19 @@ async def _measure_session(
     per_unit = [rate / units for rate in rates]
     figures: dict[str, Any] = {
         "rows": rows,
-        "library_rows_per_s": stats(library_rates),
-        "rows_per_s": stats(rates),
-        ("per_executor" if mode == "standalone" else "per_core") + "_vs_library": stats(
+        "library_rows_per_s": spread(library_rates),
+        "rows_per_s": spread(rates),
+        ("per_executor" if mode == "standalone" else "per_core") + "_vs_library": spread(
             [u / lib for u, lib in zip(per_unit, library_rates, strict=True)]
         ),
     }
     if mode == "standalone":
         figures["executors"] = WORKERS
-        figures["per_executor_rows_per_s"] = stats(per_unit)
+        figures["per_executor_rows_per_s"] = spread(per_unit)
     if local:
         ceiling = [r / s for r, s in spark[1]]
-        figures["ceiling_rows_per_s"] = stats(ceiling)
-        figures["vs_spark_ceiling"] = stats([a / b for a, b in zip(rates, ceiling, strict=True)])
+        figures["ceiling_rows_per_s"] = spread(ceiling)
+        figures["vs_spark_ceiling"] = spread([a / b for a, b in zip(rates, ceiling, strict=True)])
     if mode == "local[2]":
         figures["split"] = await _measure_split(run, args, split_bytes, broker)
     return figures
@@ -391,8 +376,8 @@ async def _measure_split(
     def figures(samples: list[tuple[int, float, int]]) -> dict[str, Any]:
         return {
             "rows": samples[0][0],
-            "rows_per_s": stats([r / s for r, s, _ in samples]),
-            "broker_read_vs_partition": stats([b / split_bytes for _, _, b in samples]),
+            "rows_per_s": spread([r / s for r, s, _ in samples]),
+            "broker_read_vs_partition": spread([b / split_bytes for _, _, b in samples]),
         }
 
     return {
@@ -400,7 +385,7 @@ async def _measure_split(
         "input_partitions": pieces,
         "single_range": figures(single),
         "cut_inside_segment": figures(split),
-        "speedup": stats([a[1] / b[1] for a, b in zip(single, split, strict=True)]),
+        "speedup": spread([a[1] / b[1] for a, b in zip(single, split, strict=True)]),
     }
 
 
@@ -410,8 +395,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         work = Path(directory)
         log_dir = work / "logs"
         log_dir.mkdir()
-        write_segments(log_dir, TOPIC, args.partitions, args.messages)
-        (split_bytes,) = write_segments(log_dir, SPLIT, 1, args.split_messages)
+        write_backlog(log_dir, TOPIC, args.partitions, args.messages)
+        (split_bytes,) = write_backlog(log_dir, SPLIT, 1, args.split_messages)
         proc, port = await start_broker(str(log_dir), partitions=args.partitions)
         try:
             modes = ["local[1]", "local[2]"] + ([] if args.no_standalone else ["standalone"])
