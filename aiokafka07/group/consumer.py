@@ -199,6 +199,7 @@ class Consumer:
         if rebalance_max_retries is None:  # enough to outwait a dead member's session
             budget = 2 * session_timeout_ms + 10_000
             rebalance_max_retries = max(10, math.ceil(budget / rebalance_backoff_ms))
+        self._request_timeout = request_timeout_ms / 1000
         self._coordinator = Coordinator(
             GroupSettings(
                 consumer_id=self.consumer_id,
@@ -207,7 +208,7 @@ class Consumer:
                 max_fetch_size=max_fetch_size,
                 rebalance_backoff=rebalance_backoff_ms / 1000,
                 rebalance_attempts=rebalance_max_retries,
-                listener_timeout=request_timeout_ms / 1000,
+                listener_timeout=self._request_timeout,
                 auto_commit_interval=auto_commit_interval_ms / 1000,
             ),
             self._zk,
