@@ -15,7 +15,7 @@ import pytest
 
 from aiokafka07 import SimpleConsumer
 from aiokafka07.connection import BrokerAddress
-from aiokafka07.producer import Producer
+from aiokafka07.producer import Producer, ProduceResult
 from aiokafka07.protocol import EARLIEST, LATEST
 from aiokafka07.testing.process import start_broker_process, stop_broker_process
 from aiokafka07.znodes import read_brokers
@@ -67,13 +67,28 @@ async def test_broker_process_killed_mid_send_loses_no_confirmed_message(
             ) as producer,
         ):
             await asyncio.gather(*[await producer.send(TOPIC, b"warm") for _ in range(40)])
+            # Keyless messages go to a random partition per batch: broker 1 is killed once
+            # it has confirmed some (from message 1500 on), so the kill hits a broker that
+            # holds confirmed messages whatever the random choices were.
+            took: list[bool] = []
+
+            def note(future: asyncio.Future[ProduceResult]) -> None:
+                confirmed = not future.cancelled() and future.exception() is None
+                if confirmed and future.result().broker_id == 1:
+                    took.append(True)
+
             futures = []
+            killed_at: int | None = None
             for i in range(6000):
-                futures.append(await producer.send(TOPIC, b"v%05d" % i))
-                if i == 1500:
+                future = await producer.send(TOPIC, b"v%05d" % i)
+                future.add_done_callback(note)
+                futures.append(future)
+                if killed_at is None and i >= 1500 and took:
                     processes[1].send_signal(signal.SIGKILL)  # no clean stop at all
                     await processes[1].wait()
-                if i == 3500:  # back on its port, its log recovered
+                    killed_at = i
+                if killed_at is not None and i == killed_at + 2000:
+                    # Back on its port, its log recovered.
                     # As a 0.7.2 broker, it refuses to start while its dead session's
                     # registration is still there (until the session times out).
                     await eventually(lambda: registered(zk, 1, False), timeout=30)
@@ -86,6 +101,8 @@ async def test_broker_process_killed_mid_send_loses_no_confirmed_message(
                     )
                 if i % 250 == 0:
                     await asyncio.sleep(0.01)
+            assert killed_at is not None, "broker 1 confirmed nothing before message 6000"
+            assert killed_at + 2000 < 6000, "broker 1 was not restarted while sending"
             _, pending = await asyncio.wait(futures, timeout=90)
             assert not pending  # every message ended
             results = [f.result() for f in futures]  # and none failed
