@@ -58,7 +58,9 @@ async def test_registrations_have_the_0_7_2_paths_and_values(
     ):
         for broker in cluster.running:
             value = await zk.get_data(f"/brokers/ids/{broker.broker_id}")
-            assert re.fullmatch(rf"127\.0\.0\.1-\d{{13}}:127\.0\.0\.1:{broker.port}", value or "")
+            pattern = rf"127\.0\.0\.1-\d{{13}}:127\.0\.0\.1:{broker.port}"
+            assert re.fullmatch(pattern, value or "")
+            assert re.fullmatch(pattern, broker.registration())
         assert await zk.get_data("/brokers") is None
         assert await zk.get_data("/brokers/ids") is None
 

@@ -62,7 +62,7 @@ from ..protocol import (
 )
 from ..protocol.messages import count_messages, summarize_message_set
 from ..supervisor import CrashPolicy, Supervisor
-from ..znodes import register_broker, register_topic
+from ..znodes import format_broker_registration, register_broker, register_topic
 from ..zookeeper import ZooKeeper
 from .config import BrokerConfig
 from .log import Log, LogManager, valid_partitions
@@ -237,6 +237,11 @@ class Broker:
             log.debug("broker %d %s", self.broker_id, outcome)
 
     # -- ZooKeeper registration (ZOOKEEPER §2) ------------------------------------------
+
+    def registration(self) -> str:
+        """The ``/brokers/ids/<id>`` value: ``<host>-<ms>:<host>:<port>`` (spelled by
+        :func:`aiokafka07.znodes.format_broker_registration`)."""
+        return format_broker_registration(self.host, self.port)
 
     async def _register_everything(self) -> None:
         zk = self.zookeeper
