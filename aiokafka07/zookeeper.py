@@ -248,13 +248,16 @@ class ZooKeeper:
         """
         if session is None:
             return await work
-        state = self.client.session.state
-        if self.session_id != session or state != States.CONNECTED:
-            work.close()
-            raise ZooKeeperError(
-                f"ZooKeeper session {session:#x} is not the current connected session: "
-                "write refused"
-            )
+        try:
+            state = self.client.session.state  # raises once the session is closed
+            if self.session_id != session or state != States.CONNECTED:
+                raise ZooKeeperError(
+                    f"ZooKeeper session {session:#x} is not the current connected session: "
+                    "write refused"
+                )
+        except BaseException:
+            work.close()  # never started: nothing was sent
+            raise
         task = asyncio.ensure_future(work)
         interrupted = state.wait_for(States.SUSPENDED, States.LOST)
         try:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import re
 import signal
 import socket
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +266,28 @@ async def test_writes_fenced_to_a_session_never_land_from_another(
         assert await rb.owner("t", "0-0") == "g_b-0"
         await rb.release("t", "0-0", session=b.session_id or 0)
         assert await rb.owner("t", "0-0") is None
+
+
+async def test_a_fenced_write_after_close_is_refused_and_leaves_no_coroutine_behind(
+    zookeeper: str,
+) -> None:
+    """A claim racing the member's close finds the session gone: a typed error, and the
+    write it would have made is closed, not left for the garbage collector to report
+    ("coroutine ... was never awaited")."""
+    zk = ZooKeeper(zookeeper)
+    await zk.start()
+    session = zk.session_id
+    await zk.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for write in (
+            zk.create_ephemeral("/consumers/g/owners/t/0-0", "g_a-0", session=session),
+            zk.write_persistent("/consumers/g/offsets/t/0-0", "1", session=session),
+        ):
+            with pytest.raises(ZooKeeperError, match="not started"):
+                await write
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
 
 
 async def test_a_fenced_write_interrupted_by_a_broken_connection_is_never_sent_again() -> None:
