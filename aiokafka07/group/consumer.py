@@ -70,9 +70,13 @@ class Consumer:
 
     ``topics`` are names (``streams`` streams each) or a map topic → streams; or give
     ``whitelist`` / ``blacklist`` (a 0.7.2 topic filter) instead. ``auto_offset_reset`` is
-    ``"smallest"`` (0.7.2's default), ``"largest"`` or ``"error"``. Every duration is in
-    milliseconds (``*_ms``; ``request_timeout``, in seconds, is the deprecated name of
-    ``request_timeout_ms``). A bad value or type raises
+    ``"smallest"`` (0.7.2's default), ``"largest"`` or ``"error"``: where a partition
+    without a committed offset starts, if it was registered when the member subscribed.
+    One registered later (a topic created later, one a filter matches once created, a
+    broker added) is read from its beginning: everything in it is new to the member
+    (with ``"error"`` it is an error too; see :mod:`aiokafka07.group.coordinator`).
+    Every duration is in milliseconds (``*_ms``; ``request_timeout``, in seconds, is the
+    deprecated name of ``request_timeout_ms``). A bad value or type raises
     :class:`~aiokafka07.errors.InvalidConfigError` naming the parameter.
 
     Errors of a partition's data or fetches (a corrupt message, a message larger than

@@ -6,8 +6,20 @@ Every member computes the 0.7.2 range assignment from the same ZooKeeper view
 claim another member still holds makes the attempt fail, and it is retried after
 ``rebalance_backoff_ms`` (a bounded number of times). What the member owns is its
 :class:`~aiokafka07.group.state.Assignment`: a partition kept across a rebalance keeps its
-position and its buffered records; a new one starts at the committed offset (or
-``auto_offset_reset``).
+position and its buffered records; a new one starts at the committed offset, or without
+one, where :meth:`Coordinator.starting_offset` says.
+
+**Partitions that appear later.** Just before it registers, the member reads which
+partitions of its subscription are registered under ``/brokers/topics`` (for a filter: of
+every topic it matches then). Only those are subject to ``auto_offset_reset``. A partition
+registered after that moment (a topic created later, a topic a filter matches once it is
+created, a partition or broker added to a topic) can hold only messages produced after the
+member subscribed, give or take the moment between the producer's first write and the
+broker's registration: without a committed offset it is read from its beginning, so
+nothing produced after the subscription is lost and nothing is read twice. This includes a
+partition created between the registration and the member's first rebalance. ZooKeeper
+cannot tell a new broker from a returning one: the partitions of a broker that was down
+when the member subscribed count as new too.
 
 **Session expiry.** Owner nodes are ephemeral: when this member's ZooKeeper session
 expires, another member may take its partitions, consume and commit. So the moment the
@@ -35,12 +47,15 @@ from typing import Protocol
 from ..backoff import Backoff
 from ..errors import CommitFailedError, KafkaConnectionError, KafkaError, ZooKeeperError
 from ..fetch_size import FetchSizer
+from ..protocol import EARLIEST
 from ..records import TopicPartition
 from ..znodes import (
     BROKER_TOPICS,
     GroupRegistry,
     ids_path,
     read_brokers,
+    read_topic_registrations,
+    read_topics,
     registrations_from_values,
     thread_ids,
     topic_path,
@@ -127,6 +142,9 @@ class Coordinator:
         # claimed it (revoked, or claimed by a failed attempt).
         self._pending_release: dict[TopicPartition, int] = {}
         self._members = 0
+        # The partitions registered when the member subscribed: the only ones a missing
+        # committed offset is reset for by auto_offset_reset (see the module docstring).
+        self._existing: set[TopicPartition] = set()
 
     @property
     def group(self) -> str:
@@ -139,7 +157,9 @@ class Coordinator:
         zk = self.zookeeper
         zk.add_session_lost_listener(self.session_lost)
         zk.add_session_listener(self.session_renewed)
-        registration = self.settings.subscription.as_registration()
+        subscription = self.settings.subscription
+        self._existing = await self.registered_partitions(subscription)
+        registration = subscription.as_registration()
         await self.registry.register(self.consumer_id, registration, session=zk.session_id)
         await self.rebalance()
 
@@ -461,15 +481,45 @@ class Coordinator:
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, tuple[int, int | None]]:
         """``(where to start, the committed offset)`` of each newly owned partition: the
-        committed offset, else ``auto_offset_reset``."""
+        committed offset, else :meth:`starting_offset`."""
         committed = await asyncio.gather(
             *(self.registry.committed(tp.topic, tp.name) for tp in partitions)
         )
         starts: dict[TopicPartition, tuple[int, int | None]] = {}
         for tp, offset in zip(partitions, committed, strict=True):
-            start = offset if offset is not None else await self.offsets.reset(tp, None)
+            start = offset if offset is not None else await self.starting_offset(tp)
             starts[tp] = (start, offset)
         return starts
+
+    async def starting_offset(self, tp: TopicPartition) -> int:
+        """Where a partition without a committed offset starts: ``auto_offset_reset`` for
+        one registered when the member subscribed; its beginning for one registered later
+        (everything in it is new to the member; see the module docstring), unless the
+        policy is ``"error"``, which never chooses an offset."""
+        if tp in self._existing or self.offsets.auto_offset_reset == "error":
+            return await self.offsets.reset(tp, None)
+        offset = await self.offsets.before(tp, EARLIEST)
+        log.info(
+            "%s: %s/%s appeared after this member subscribed: read from its beginning (%d)",
+            self.consumer_id,
+            tp.topic,
+            tp.name,
+            offset,
+        )
+        return offset
+
+    async def registered_partitions(self, subscription: Subscription) -> set[TopicPartition]:
+        """The partitions registered now (``/brokers/topics/<topic>/<broker>``) of every
+        topic ``subscription`` covers (a filter: the topics it matches now)."""
+        zk = self.zookeeper
+        available = await read_topics(zk) if subscription.is_wildcard else []
+        topics = list(subscription.streams_per_topic(available))
+        found = await asyncio.gather(*(read_topic_registrations(zk, t) for t in topics))
+        return {
+            TopicPartition.parse(topic, name)
+            for topic, registrations in zip(topics, found, strict=True)
+            for name in partition_names(registrations)
+        }
 
     async def _forget_all(self, why: str) -> None:
         """After a break in ownership: revoke everything without committing (the next
