@@ -135,7 +135,9 @@ async def test_subscribe_on_a_running_member_re_registers_and_the_group_rebalanc
             a.assign([TopicPartition("ta", 0, 0)])
             with pytest.raises(IllegalStateError, match="unsubscribe"):
                 a.subscribe(["ta"])
-            a.unsubscribe()
+            await eventually(lambda: a.assignment() == tps("ta", 0))
+            assert not await zk.exists(ids)  # by hand: not a member
+            a.unsubscribe()  # (both at once: the manual assignment is dropped first)
             a.subscribe(["ta"])
             with pytest.raises(IllegalStateError, match="unsubscribe"):
                 a.assign([TopicPartition("ta", 0, 0)])
