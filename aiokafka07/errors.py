@@ -246,7 +246,9 @@ class ConsumerStoppedError(KafkaError):
 
 class IllegalStateError(KafkaError):
     """A partition operation (seek, pause, position, commit of given offsets, ...) on a
-    partition this group member does not own."""
+    partition this group member does not own; ``subscribe()`` after ``assign()`` or the
+    reverse (aiokafka's rule: one or the other, ``unsubscribe()`` in between); a group
+    operation (commit, committed offsets, subscribe) on a consumer without a group."""
 
 
 class CommitFailedError(KafkaError):

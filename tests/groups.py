@@ -150,7 +150,7 @@ def expected_owners(
     members: Sequence[Consumer], registrations: Registrations
 ) -> dict[tuple[str, str], str]:
     """(topic, "b-p") → thread id, from :func:`assign_group` over ``members``."""
-    plan = assign_group({c.consumer_id: c.subscription for c in members}, registrations)
+    plan = assign_group({c.consumer_id: c.topic_subscription for c in members}, registrations)
     return {
         (topic, name): thread
         for topic, ranges in plan.items()
@@ -478,9 +478,10 @@ async def converged_with(
     0.7.2 assignment gives each, in ZooKeeper and in ``local.assignment()``."""
     if sorted(await zk.get_children("/consumers/g/ids")) != sorted([local.consumer_id, remote_id]):
         return False
-    plan = assign_group(
-        {local.consumer_id: local.subscription, remote_id: local.subscription}, registrations
-    )[TOPIC]
+    subscription = local.topic_subscription
+    assert subscription is not None
+    members = {local.consumer_id: subscription, remote_id: subscription}
+    plan = assign_group(members, registrations)[TOPIC]
     wanted = {(TOPIC, name): thread for thread, names in plan.items() for name in names}
     mine = {tp.name for tp in local.assignment()}
     return await owner_nodes(zk, "g", [TOPIC]) == wanted and mine == set(

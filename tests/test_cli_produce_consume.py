@@ -318,3 +318,34 @@ async def test_consuming_what_is_not_there_says_why_once(
         code, _, err = await run_cli("consume", "nothere", "--simple", "-z", wrong_chroot)
         assert code == 1
         assert f"error: no broker is registered at {wrong_chroot}" in err
+
+
+async def test_a_topic_created_while_consuming_is_printed_from_its_first_message(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """The issue's scenario: ``consume chat -z`` waits for a topic that does not exist yet,
+    then ``produce`` sends two lines; both are printed. The partition appeared after the
+    consumer subscribed, so everything in it is new to it (the default "largest" applies
+    only to partitions that existed then)."""
+    async with kafka_cluster(1) as cluster:
+        proc = await start_cli("consume", "chat", "-z", zookeeper)
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        waiting = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert b"topic chat has no partitions" in waiting, waiting
+        # Typed one at a time: the first line creates the topic (its broker registers it
+        # after writing the line), the second comes once the consumer can see it.
+        producer = await start_cli("produce", "chat", "-z", zookeeper, stdin=True)
+        assert producer.stdin is not None
+        producer.stdin.write(b"first\n")
+        await producer.stdin.drain()
+        await eventually(lambda: "chat" in cluster.broker(0).logs.topics(), 30)
+        await registered(zookeeper, cluster, "chat")
+        producer.stdin.write(b"second\n")
+        producer.stdin.close()
+        code, _, err = await stop_cli(producer, 0)  # (signal 0: none; it ends at EOF)
+        assert code == 0, err
+        lines = [await asyncio.wait_for(proc.stdout.readline(), 30) for _ in range(2)]
+        code, out, err = await stop_cli(proc, signal.SIGINT)
+        assert code == 0, err
+        assert lines + out.splitlines(keepends=True) == [b"first\n", b"second\n"]

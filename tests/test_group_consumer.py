@@ -664,7 +664,7 @@ async def test_streams_iterate_the_partitions_of_their_thread(
             await wait_delivered(collectors, produced)
             await asyncio.sleep(0.1)
             assert delivered(collectors) == collections.Counter(produced)
-            plan = assign_group({cid: consumer.subscription}, registrations)[TOPIC]
+            plan = assign_group({cid: consumer.topic_subscription}, registrations)[TOPIC]
             for i, collector in enumerate(collectors):
                 names = {f"{r.broker_id}-{r.partition}" for r in collector.records}
                 assert names == set(plan[f"{cid}-{i}"])

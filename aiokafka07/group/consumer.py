@@ -33,8 +33,9 @@ import asyncio
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ..backoff import Backoff
 from ..errors import ConsumerStoppedError, IllegalStateError, InvalidConfigError
@@ -52,13 +53,13 @@ from ..validation import (
 )
 from ..znodes import GroupRegistry, consumer_id
 from ..zookeeper import ZooKeeper
-from .coordinator import LEASE_FRACTION, Coordinator, GroupSettings, RebalanceListener
+from .coordinator import LEASE_FRACTION, Coordinator, GroupSettings, RebalanceListener, Target
 from .fetcher import Fetcher, Fetchers, FetchSettings, Offsets
 from .state import Assignment, ConsumerMetrics, PartitionMetrics, PartitionState
 from .streams import Chunk, Delivery, Stream
 from .subscription import Subscription
 
-__all__ = ["Consumer", "RebalanceListener", "Stream"]
+__all__ = ["Consumer", "RebalanceListener", "Stream", "SubscriptionView"]
 
 log = logging.getLogger("aiokafka07.group")
 
@@ -68,11 +69,19 @@ _RESET_POLICIES = ("smallest", "largest", "error")
 class Consumer:
     """A member of a consumer group (an async context manager, and an async iterator).
 
+    What it consumes is given here, or later with :meth:`subscribe` (changeable while it
+    runs) or :meth:`assign` (partitions by hand, no group membership; ``group`` is then
+    optional, and without it nothing is committed).
+
     ``topics`` are names (``streams`` streams each) or a map topic → streams; or give
     ``whitelist`` / ``blacklist`` (a 0.7.2 topic filter) instead. ``auto_offset_reset`` is
-    ``"smallest"`` (0.7.2's default), ``"largest"`` or ``"error"``. Every duration is in
-    milliseconds (``*_ms``; ``request_timeout``, in seconds, is the deprecated name of
-    ``request_timeout_ms``). A bad value or type raises
+    ``"smallest"`` (0.7.2's default), ``"largest"`` or ``"error"``: where a partition
+    without a committed offset starts, if it was registered when the member subscribed.
+    One registered later (a topic created later, one a filter matches once created, a
+    broker added) is read from its beginning: everything in it is new to the member
+    (with ``"error"`` it is an error too; see :mod:`aiokafka07.group.coordinator`).
+    Every duration is in milliseconds (``*_ms``; ``request_timeout``, in seconds, is the
+    deprecated name of ``request_timeout_ms``). A bad value or type raises
     :class:`~aiokafka07.errors.InvalidConfigError` naming the parameter.
 
     Errors of a partition's data or fetches (a corrupt message, a message larger than
@@ -94,7 +103,7 @@ class Consumer:
     def __init__(
         self,
         *topics: str | Mapping[str, int],
-        group: str,
+        group: str | None = None,
         zookeeper: str,
         streams: int = 1,
         whitelist: str | None = None,
@@ -144,13 +153,21 @@ class Consumer:
             "Consumer", "request_timeout_ms", request_timeout_ms, request_timeout, above=True
         )
         self.max_decompressed_bytes = decompression_bound(max_fetch_size, max_decompressed_bytes)
-        self.subscription = _subscription(topics, streams, whitelist, blacklist)
+        subscription = _subscription(topics, streams, whitelist, blacklist)
+        if subscription is not None and group is None:
+            raise InvalidConfigError(
+                "a subscription needs a group (0.7 balances partitions through the group's "
+                "znodes): give group=, or assign() partitions without one"
+            )
         self.group = group
         self.connect = zookeeper
         self.auto_offset_reset = auto_offset_reset
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
-        self.consumer_id = consumer_id(group, suffix=consumer_id_suffix)
+        self.consumer_id = consumer_id(group or _NO_GROUP, suffix=consumer_id_suffix)
+        self._mode: Literal["subscribed", "assigned"] | None = (
+            None if subscription is None else "subscribed"
+        )
         self.closed = False
         self._started = False
         self._turn = 0
@@ -158,7 +175,10 @@ class Consumer:
 
         self._assignment = Assignment()
         self._delivery = Delivery(self._wake_fetchers, consumer_timeout_ms)
-        stream_count = max(self.subscription.streams_per_topic([]).values(), default=streams)
+        self._streams_per_topic = streams
+        stream_count = max(
+            subscription.streams_per_topic([]).values() if subscription else (), default=streams
+        )
         #: One stream per thread id (0.7.2's ``KafkaStream``); each an async iterator.
         self.streams: list[Stream] = [
             Stream(self._delivery, i, max_prefetch_bytes) for i in range(max(stream_count, streams))
@@ -169,7 +189,7 @@ class Consumer:
             connection_timeout_ms=connection_timeout_ms,
             operation_timeout_ms=request_timeout_ms,
         )
-        self._registry = GroupRegistry(self._zk, group)
+        self._registry = GroupRegistry(self._zk, group) if group is not None else None
         self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
         self._supervisor = Supervisor(self.consumer_id, log)
         self._offsets = Offsets(self._pool, self._assignment, self._zk, auto_offset_reset)
@@ -203,7 +223,7 @@ class Consumer:
         self._coordinator = Coordinator(
             GroupSettings(
                 consumer_id=self.consumer_id,
-                subscription=self.subscription,
+                subscription=subscription,
                 fetch_size=fetch_size,
                 max_fetch_size=max_fetch_size,
                 rebalance_backoff=rebalance_backoff_ms / 1000,
@@ -274,20 +294,21 @@ class Consumer:
             on_give_up=self._delivery.fail,
             backoff=Backoff(self._coordinator.settings.rebalance_backoff, 5.0),
         )
-        if self.auto_commit:
+        if self.auto_commit and self.group is not None:
             self._supervisor.spawn(
                 "auto-commit",
                 coordinator.auto_commit,
                 policy=CrashPolicy.RESTART,
                 on_crash=self._delivery.report,
             )
+        target = coordinator.wanted
         log.info(
             "%s joined group %s at %s with subscription %s, %d streams, auto_offset_reset %s, "
             "auto_commit %s",
             self.consumer_id,
             self.group,
             self.connect,
-            self.subscription.registration(),
+            _describe(target),
             len(self.streams),
             self.auto_offset_reset,
             f"every {self.auto_commit_interval_ms:g} ms" if self.auto_commit else "off",
@@ -309,7 +330,7 @@ class Consumer:
             return
         self.closed = True
         if commit is None:
-            commit = self.auto_commit
+            commit = self.auto_commit and self.group is not None
         self._delivery.closed = True
         self._head = None
         for stream in self.streams:  # positions stop where the last record left them
@@ -508,7 +529,7 @@ class Consumer:
 
     async def committed(self, tp: TopicPartition) -> int | None:
         """The offset the group committed for ``tp`` (any partition), or None."""
-        return await self._registry.committed(tp.topic, tp.name)
+        return await self._coordinator.registry.committed(tp.topic, tp.name)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Consume an owned partition from ``offset`` on; buffered records and errors of
@@ -544,7 +565,7 @@ class Consumer:
         return them (a partition without one, None, stays where it is)."""
         states = self._assignment.require_all(partitions)
         committed = await asyncio.gather(
-            *(self._registry.committed(s.tp.topic, s.tp.name) for s in states)
+            *(self._coordinator.registry.committed(s.tp.topic, s.tp.name) for s in states)
         )
         for state, offset in zip(states, committed, strict=True):
             if offset is not None and self._assignment.holds(state):
@@ -605,10 +626,12 @@ class Consumer:
         Offsets already committed are not written again. Raises
         :class:`~aiokafka07.errors.CommitFailedError` when a write failed or the partition
         was lost with an expired session, :class:`~aiokafka07.errors.IllegalStateError`
-        for a partition not owned.
+        for a partition not owned, or for a consumer without a group.
         """
         if self.closed:
             raise ConsumerStoppedError("the consumer is closed")
+        if self.group is None:
+            raise IllegalStateError("commit() needs a group: this consumer has none")
         if offsets is None:
             await self._coordinator.commit()
         elif isinstance(offsets, Mapping):
@@ -616,6 +639,188 @@ class Consumer:
         else:
             states = [self._assignment.require(tp) for tp in offsets]
             await self._coordinator.commit({s.tp: s.position for s in states})
+
+    # -- what the member consumes -------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | None = None,
+        listener: RebalanceListener | None = None,
+        *,
+        blacklist: str | None = None,
+    ) -> None:
+        """Consume ``topics`` (``streams`` streams each), or the topics ``pattern`` matches
+        (a 0.7.2 whitelist: a Java regex over whole names, ``a,b`` meaning ``a|b``), or
+        those ``blacklist`` does not match, instead of what was subscribed before (one of
+        the three). ``listener`` replaces the rebalance listener (None keeps the current
+        one) and is told about the rebalance this call starts, the previous
+        subscription's revocations included.
+
+        On a running member this re-registers it as 0.7.2 does: its
+        ``/consumers/<group>/ids/<id>`` node is deleted and created again with the new
+        value, so every member of the group rebalances (Java ones too); partitions of
+        topics no longer covered are revoked (committed, released), new ones assigned.
+        It returns at once; the coordinator's task does it (a failure is raised once from
+        the next read and retried). Records of revoked partitions may still be handed out
+        until that rebalance revokes them. Before :meth:`start`, it only sets what
+        :meth:`start` registers. Partitions registered at the time of the call are
+        reset by ``auto_offset_reset``; ones that appear later are read from their
+        beginning (for a topic subscribed before too: from when it was first subscribed).
+
+        Raises :class:`~aiokafka07.errors.IllegalStateError` after :meth:`assign` (call
+        :meth:`unsubscribe` first) or without a group, ``ValueError`` unless exactly one
+        of ``topics`` / ``pattern`` / ``blacklist`` is given, ``TypeError`` for a
+        ``topics`` string or a ``listener`` without the two callbacks,
+        :class:`ConsumerStoppedError` once closed.
+        """
+        if self.closed:
+            raise ConsumerStoppedError("the consumer is closed")
+        if isinstance(topics, str):
+            raise TypeError(f"topics must be a list of names, not the string {topics!r}")
+        if self._mode == "assigned":
+            raise IllegalStateError(
+                "subscribe() after assign(): a consumer either balances a subscription in its "
+                "group or reads partitions assigned by hand; call unsubscribe() first"
+            )
+        if self.group is None:
+            raise IllegalStateError("subscribe() needs a group: give group= to Consumer")
+        names = list(topics)
+        if not (names or pattern or blacklist):
+            raise ValueError("subscribe() needs topics, a pattern or a blacklist")
+        subscription = _subscription(names, self._streams_per_topic, pattern, blacklist)
+        assert subscription is not None
+        if listener is not None:
+            self._coordinator.listener = _check_listener(listener)
+        self._mode = "subscribed"
+        self._coordinator.request(subscription)
+
+    def unsubscribe(self) -> None:
+        """Consume nothing: on a running member, every partition is revoked (the listener
+        is told; the positions are committed, the owner nodes released) and the member's
+        ``ids`` node deleted, so the rest of the group rebalances without it; its
+        ZooKeeper session stays open for a later :meth:`subscribe` or :meth:`assign`.
+        Also drops a manual assignment. Returns at once (as :meth:`subscribe`)."""
+        if self.closed:
+            raise ConsumerStoppedError("the consumer is closed")
+        self._mode = None
+        self._coordinator.request(None)
+
+    @property
+    def subscription(self) -> SubscriptionView:
+        """Call it: ``consumer.subscription()`` is the set of topics subscribed to (as
+        aiokafka's): the static ones, or those a pattern matches in the member's last view
+        of the cluster (its last rebalance, or :meth:`topics`); after :meth:`assign`, the
+        topics of the assigned partitions; empty when unsubscribed. What was asked for
+        last, even before the coordinator applied it. (Its attributes are those of
+        :attr:`topic_subscription`, deprecated: see :class:`SubscriptionView`.)"""
+        return SubscriptionView(self)
+
+    @property
+    def topic_subscription(self) -> Subscription | None:
+        """The 0.7 :class:`~aiokafka07.group.Subscription` asked for last (topics with
+        stream counts, or a filter; its ``registration()`` is the ``ids`` node's value),
+        or None when unsubscribed or assigned by hand."""
+        target = self._coordinator.wanted
+        return target if isinstance(target, Subscription) else None
+
+    def _subscribed_topics(self) -> set[str]:
+        target = self._coordinator.wanted
+        if target is None:
+            return set()
+        if not isinstance(target, Subscription):
+            return {tp.topic for tp in target}
+        return set(target.streams_per_topic(self._coordinator.known_topics))
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly ``partitions`` (replacing an earlier assignment), without group
+        membership: no registration under ``/consumers/<group>/ids``, no owner nodes, no
+        rebalances and no listener calls; nothing stops other consumers (or group members)
+        from reading the same partitions. Each starts at the group's committed offset when
+        the consumer has a group, else (or without one) at ``auto_offset_reset``; a
+        partition kept from the previous assignment keeps its position.
+
+        Commits: with ``group=`` they are written to that group's offsets in ZooKeeper,
+        exactly as a member's (auto-commit, :meth:`commit`, :meth:`close`), but unfenced:
+        0.7 keeps offsets in ZooKeeper with no owner check, so two consumers assigned the
+        same partition overwrite each other's progress, and a group member owning it
+        would too. Without a group nothing is committed (:meth:`commit` raises
+        :class:`~aiokafka07.errors.IllegalStateError`). The broker addresses are read at
+        the call; a broker missing then is looked up in ZooKeeper when fetched.
+
+        Returns at once (before :meth:`start`, :meth:`start` applies it). Raises
+        :class:`~aiokafka07.errors.IllegalStateError` after :meth:`subscribe` (call
+        :meth:`unsubscribe` first), ``TypeError`` for anything but TopicPartitions.
+        """
+        if self.closed:
+            raise ConsumerStoppedError("the consumer is closed")
+        wanted = frozenset(partitions)
+        for tp in wanted:
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"partitions must be TopicPartition, not {tp!r}")
+        if self._mode == "subscribed":
+            raise IllegalStateError(
+                "assign() after subscribe(): a consumer either balances a subscription in its "
+                "group or reads partitions assigned by hand; call unsubscribe() first"
+            )
+        self._mode = "assigned"
+        self._coordinator.request(wanted)
+
+    # -- the cluster ----------------------------------------------------------------------
+
+    async def topics(self) -> set[str]:
+        """Every topic ZooKeeper knows (the children of ``/brokers/topics``: topics some
+        broker has registered; one whose brokers are all down stays listed, with no
+        partitions). Also refreshes what :meth:`partitions_for_topic` answers from."""
+        self._require_started()
+        return set(await self._coordinator.refresh_topics())
+
+    def partitions_for_topic(self, topic: str) -> set[TopicPartition] | None:
+        """The partitions of ``topic`` registered in the member's last view of the cluster
+        (a rebalance, a :meth:`subscribe`, or :meth:`topics`, which reads every topic):
+        in 0.7 a partition is a partition number on one broker, so these are
+        TopicPartitions, not numbers. None when the member has not read ``topic`` yet
+        (as aiokafka without metadata for it): ``await topics()`` first."""
+        partitions = self._coordinator.topic_partitions.get(topic)
+        return None if partitions is None else set(partitions)
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """For each partition (owned or not), where to start reading so as to miss nothing
+        written at or after its time (ms since the epoch), asked of its broker.
+
+        Coarse: 0.7 messages carry no time. The broker answers from its segment files:
+        the start offset of the newest segment last modified at or before the time (the
+        log end when the time is now or later). So the offset is a segment start (a
+        segment is up to ``log.file.size``, 1 GiB by default, of messages) and everything
+        from there on is read, older messages included; it moves as the active segment
+        is written (its modification time changes). When every segment was modified
+        after the time (or the broker has no log of it), it is the oldest offset. Unlike
+        aiokafka's ``OffsetAndTimestamp`` the value is the offset alone (``seek(tp,
+        offset)``). ``ValueError`` for a negative time (0.7 reads -1 and -2 as latest and
+        earliest)."""
+        for tp, ms in timestamps.items():
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"partitions must be TopicPartition, not {tp!r}")
+            if not isinstance(ms, int) or isinstance(ms, bool) or ms < 0:
+                raise ValueError(f"{tp.topic}/{tp.name}: the time must be ms >= 0, not {ms!r}")
+        wanted = list(timestamps.items())
+        found = await asyncio.gather(*(self._offsets.for_time(tp, ms) for tp, ms in wanted))
+        return {tp: offset for (tp, _), offset in zip(wanted, found, strict=True)}
+
+    def last_poll_timestamp(self, tp: TopicPartition) -> int | None:
+        """When (ms since the epoch) the last fetch answer for an owned partition was taken
+        in, as aiokafka: the last time :meth:`highwater` could change, whether or not it
+        brought records; None before the first. :class:`~aiokafka07.errors.
+        IllegalStateError` for a partition not owned."""
+        return self._assignment.require(tp).last_poll_ms
+
+    def _require_started(self) -> None:
+        if self.closed:
+            raise ConsumerStoppedError("the consumer is closed")
+        if not self._started:
+            raise IllegalStateError("start() the consumer first (it reads ZooKeeper)")
 
     # -- what the member is doing -----------------------------------------------------
 
@@ -647,6 +852,56 @@ class Consumer:
         self._fetchers.wake()
 
 
+#: The group part of the consumer id of a consumer without a group (it is never written
+#: to ZooKeeper: such a consumer only takes manual assignments).
+_NO_GROUP = "nogroup"
+
+
+def _describe(target: Target) -> str:
+    if target is None:
+        return "none (subscribe() or assign() to consume)"
+    if isinstance(target, Subscription):
+        return target.registration()
+    return "manual " + (", ".join(f"{tp.topic}/{tp.name}" for tp in sorted(target)) or "nothing")
+
+
+class SubscriptionView:
+    """What ``consumer.subscription`` is: call it, ``consumer.subscription()``, for the
+    subscribed topics (aiokafka's ``subscription()``). Reading an attribute of it reaches
+    the consumer's 0.7 :class:`~aiokafka07.group.Subscription`, which the attribute was
+    until now; that is deprecated: use :attr:`Consumer.topic_subscription`."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+
+    def __call__(self) -> set[str]:
+        return self._consumer._subscribed_topics()
+
+    def __getattr__(self, name: str) -> Any:
+        warnings.warn(
+            "Consumer.subscription as the Subscription object is deprecated: call "
+            "consumer.subscription() for the topics, or use consumer.topic_subscription",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(self._consumer.topic_subscription, name)
+
+    def __repr__(self) -> str:
+        return f"<subscription of {self._consumer.consumer_id}: {sorted(self())}>"
+
+
+def _check_listener(listener: object) -> RebalanceListener:
+    for method in ("on_partitions_revoked", "on_partitions_assigned"):
+        if not callable(getattr(listener, method, None)):
+            raise TypeError(
+                f"listener must have async on_partitions_revoked() and on_partitions_assigned(), "
+                f"not {listener!r}"
+            )
+    return listener  # type: ignore[return-value]
+
+
 def _partition_metrics(state: PartitionState) -> PartitionMetrics:
     position = state.position
     highwater = state.highwater
@@ -668,8 +923,12 @@ def _subscription(
     streams: int,
     whitelist: str | None,
     blacklist: str | None,
-) -> Subscription:
-    if sum(bool(x) for x in (topics, whitelist, blacklist)) != 1:
+) -> Subscription | None:
+    """The subscription of topics, a whitelist or a blacklist (one; None: none given)."""
+    given = sum(bool(x) for x in (topics, whitelist, blacklist))
+    if given == 0:
+        return None
+    if given != 1:
         raise ValueError("subscribe to topics, or a whitelist, or a blacklist")
     if whitelist:
         return Subscription.whitelist(whitelist, streams)

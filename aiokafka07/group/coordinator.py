@@ -6,8 +6,20 @@ Every member computes the 0.7.2 range assignment from the same ZooKeeper view
 claim another member still holds makes the attempt fail, and it is retried after
 ``rebalance_backoff_ms`` (a bounded number of times). What the member owns is its
 :class:`~aiokafka07.group.state.Assignment`: a partition kept across a rebalance keeps its
-position and its buffered records; a new one starts at the committed offset (or
-``auto_offset_reset``).
+position and its buffered records; a new one starts at the committed offset, or without
+one, where :meth:`Coordinator.starting_offset` says.
+
+**Partitions that appear later.** Just before it registers, the member reads which
+partitions of its subscription are registered under ``/brokers/topics`` (for a filter: of
+every topic it matches then). Only those are subject to ``auto_offset_reset``. A partition
+registered after that moment (a topic created later, a topic a filter matches once it is
+created, a partition or broker added to a topic) can hold only messages produced after the
+member subscribed, give or take the moment between the producer's first write and the
+broker's registration: without a committed offset it is read from its beginning, so
+nothing produced after the subscription is lost and nothing is read twice. This includes a
+partition created between the registration and the member's first rebalance. ZooKeeper
+cannot tell a new broker from a returning one: the partitions of a broker that was down
+when the member subscribed count as new too.
 
 **Session expiry.** Owner nodes are ephemeral: when this member's ZooKeeper session
 expires, another member may take its partitions, consume and commit. So the moment the
@@ -21,26 +33,46 @@ delete its claim. Duplicates after an expiry are therefore only this member's ow
 uncommitted work.
 
 A listener that raises or hangs is logged (with its traceback) and the rebalance goes on.
+
+**Changing what the member consumes** (:meth:`Coordinator.request`). A new subscription
+re-registers the member as 0.7.2 registers one: its ``/consumers/<group>/ids/<id>`` node is
+deleted and created again with the new value (the other members watch the children of
+``ids``, not the values, so only that makes them rebalance), then the member rebalances.
+Unsubscribing revokes and releases everything and deletes the node: the member leaves the
+group, its session stays open. A manual assignment (no group membership at all) makes
+the member own exactly the given partitions, with no registration and no owner nodes. A
+change is applied by the coordinator's task; one that fails stays pending and is applied
+again when the supervisor restarts the task (the failure is raised once to the reader).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..backoff import Backoff
-from ..errors import CommitFailedError, KafkaConnectionError, KafkaError, ZooKeeperError
+from ..errors import (
+    CommitFailedError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+    ZooKeeperError,
+)
 from ..fetch_size import FetchSizer
+from ..protocol import EARLIEST
 from ..records import TopicPartition
 from ..znodes import (
     BROKER_TOPICS,
     GroupRegistry,
     ids_path,
     read_brokers,
+    read_topic_registrations,
+    read_topics,
     registrations_from_values,
     thread_ids,
     topic_path,
@@ -52,7 +84,7 @@ from .state import Assignment, PartitionState
 from .streams import Delivery, Stream
 from .subscription import Subscription
 
-__all__ = ["Coordinator", "GroupSettings", "RebalanceListener"]
+__all__ = ["Coordinator", "GroupSettings", "RebalanceListener", "Target"]
 
 log = logging.getLogger("aiokafka07.group")
 
@@ -77,12 +109,18 @@ class RebalanceListener(Protocol):
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
 
 
+#: What a member consumes: a group subscription, partitions assigned by hand (no group
+#: membership), or nothing.
+Target = Subscription | frozenset[TopicPartition] | None
+
+
 @dataclass(frozen=True)
 class GroupSettings:
-    """The coordinator's configuration (times in seconds)."""
+    """The coordinator's configuration (times in seconds); ``subscription`` is the first
+    one (None: none until the application subscribes or assigns)."""
 
     consumer_id: str
-    subscription: Subscription
+    subscription: Subscription | None
     fetch_size: int
     max_fetch_size: int
     rebalance_backoff: float
@@ -98,7 +136,7 @@ class Coordinator:
         self,
         settings: GroupSettings,
         zookeeper: ZooKeeper,
-        registry: GroupRegistry,
+        registry: GroupRegistry | None,
         assignment: Assignment,
         streams: Sequence[Stream],
         delivery: Delivery,
@@ -109,7 +147,7 @@ class Coordinator:
         self.settings = settings
         self.consumer_id = settings.consumer_id
         self.zookeeper = zookeeper
-        self.registry = registry
+        self._registry = registry  # None: no group (a manual assignment only)
         self.assignment = assignment
         self.streams = streams
         self.delivery = delivery
@@ -127,28 +165,193 @@ class Coordinator:
         # claimed it (revoked, or claimed by a failed attempt).
         self._pending_release: dict[TopicPartition, int] = {}
         self._members = 0
+        # The partitions registered when the member subscribed: the only ones a missing
+        # committed offset is reset for by auto_offset_reset (see the module docstring).
+        self._existing: set[TopicPartition] = set()
+        #: The registered subscription, or the manual assignment, in effect (at most one).
+        self.subscription: Subscription | None = None
+        self.manual: frozenset[TopicPartition] | None = None
+        # What the application asked for last, until applied (see request()).
+        self._wanted: Target = settings.subscription
+        self._changing = settings.subscription is not None
+        #: The cluster as last read from ZooKeeper: the children of /brokers/topics (for a
+        #: filter, or topics()), and the registered partitions of each topic read.
+        self.known_topics: list[str] = []
+        self.topic_partitions: dict[str, set[TopicPartition]] = {}
+
+    @property
+    def registry(self) -> GroupRegistry:
+        """The group's znodes; :class:`IllegalStateError` for a consumer without a group."""
+        if self._registry is None:
+            raise IllegalStateError(
+                f"{self.consumer_id} has no group: no subscription, committed offsets or "
+                "commits (give group= for those)"
+            )
+        return self._registry
+
+    @property
+    def has_group(self) -> bool:
+        return self._registry is not None
 
     @property
     def group(self) -> str:
-        return self.registry.group
+        return self._registry.group if self._registry is not None else "(none)"
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def join(self) -> None:
-        """Register and take part in a first rebalance (raises if it fails)."""
+        """Apply what the member consumes: register and take part in a first rebalance,
+        or take a manual assignment (raises if it fails)."""
         zk = self.zookeeper
         zk.add_session_lost_listener(self.session_lost)
         zk.add_session_listener(self.session_renewed)
-        registration = self.settings.subscription.as_registration()
-        await self.registry.register(self.consumer_id, registration, session=zk.session_id)
-        await self.rebalance()
+        await self._apply_wanted()
+        if self.subscription is not None:
+            await self.rebalance()
 
     async def run(self) -> None:
-        """Rebalance whenever a watch fires or the session changes (supervised)."""
+        """Apply a requested change, and rebalance whenever a watch fires or the session
+        changes (supervised)."""
         while True:
             await self._needed.wait()
             self._needed.clear()
-            await self.rebalance()
+            await self._apply_wanted()
+            if self.subscription is not None:
+                await self.rebalance()
+
+    def request(self, target: Target) -> None:
+        """Consume ``target`` from now on: applied by :meth:`join`, or by the running task
+        at once (the latest request wins)."""
+        self._wanted = target
+        self._changing = True
+        self.trigger()
+
+    @property
+    def wanted(self) -> Target:
+        """What the application asked for last (applied or not yet)."""
+        return self._wanted
+
+    async def _apply_wanted(self) -> None:
+        if not self._changing:
+            return
+        target = self._wanted
+        async with self._lock:
+            if isinstance(target, Subscription):
+                await self._subscribe(target)
+            elif target is None:
+                await self._unsubscribe()
+            else:
+                await self._assign_manually(target)
+        if self._wanted is target:
+            self._changing = False
+
+    async def _subscribe(self, new: Subscription) -> None:
+        """Register ``new`` (again: delete and create our ``ids`` node, so that every
+        member rebalances); the rebalance that follows revokes what it no longer covers."""
+        zk, registry = self.zookeeper, self.registry
+        if self.manual is not None:  # (assign(), then unsubscribe() and subscribe() at once)
+            await self._drop_manual()
+        old = self.subscription
+        existing = await self.registered_partitions(new)
+        kept = {tp for tp in self._existing if old is not None and old.covers(tp.topic)}
+        added = {tp for tp in existing if old is None or not old.covers(tp.topic)}
+        if old is not None:
+            await registry.unregister(self.consumer_id)
+        await registry.register(self.consumer_id, new.as_registration(), session=zk.session_id)
+        self._existing = kept | added
+        self.subscription = new
+        if old is not None:
+            log.info(
+                "%s re-registered in group %s with subscription %s",
+                self.consumer_id,
+                self.group,
+                new.registration(),
+            )
+
+    async def _unsubscribe(self) -> None:
+        """Give up everything: as a rebalance that revokes all (the listener is told, the
+        positions are committed, the owner nodes released), then delete our ``ids`` node.
+        A manual assignment is dropped (its positions committed, with a group)."""
+        if self.manual is not None:
+            await self._drop_manual()
+        else:
+            await self._leave_subscription()
+        await self.fetchers.sync()
+
+    async def _leave_subscription(self) -> None:
+        if self.subscription is not None:
+            states = list(self.assignment.partitions.values())
+            if states:
+                await self._tell("on_partitions_revoked", {s.tp for s in states})
+                self._discard(states)
+                for state in states:
+                    self._pending_release[state.tp] = state.session
+                await self._commit_quietly(states)
+                self.assignment.partitions.clear()
+                self.assignment.generation += 1
+            await self._release_pending()
+            await self.registry.unregister(self.consumer_id)
+            log.info("%s unsubscribed: left group %s", self.consumer_id, self.group)
+            self.subscription = None
+            self._existing = set()
+
+    async def _assign_manually(self, wanted: frozenset[TopicPartition]) -> None:
+        """Own exactly ``wanted``, without the group: no registration, no owner nodes, no
+        rebalance listener. A partition kept keeps its position; a new one starts at the
+        group's committed offset (with a group), else at ``auto_offset_reset``."""
+        zk, owned = self.zookeeper, self.assignment.partitions
+        await self._leave_subscription()  # (subscribe(), then unsubscribe() and assign())
+        dropped = [owned[tp] for tp in sorted(owned) if tp not in wanted]
+        self.manual = wanted
+        if dropped:
+            self._discard(dropped)
+            await self._commit_quietly(dropped)
+            for state in dropped:
+                del owned[state.tp]
+        # Nothing is owned through the ZooKeeper session: its expiry fences nothing.
+        self.delivery.renew(math.inf)
+        self.assignment.brokers = await read_brokers(zk)
+        added = sorted(wanted - owned.keys())
+        committed: list[int | None] = [None] * len(added)
+        if self.has_group:
+            committed = list(
+                await asyncio.gather(*(self.registry.committed(t.topic, t.name) for t in added))
+            )
+        starts = [
+            offset if offset is not None else await self.offsets.reset(tp, None)
+            for tp, offset in zip(added, committed, strict=True)
+        ]
+        order = {tp: i for i, tp in enumerate(sorted(wanted))}
+        settings = self.settings
+        for tp, start, offset in zip(added, starts, committed, strict=True):
+            index = order[tp] % len(self.streams)
+            owned[tp] = PartitionState(
+                tp,
+                f"{self.consumer_id}-{index}",
+                self.streams[index],
+                start,
+                sizer=FetchSizer(tp.topic, tp.name, settings.fetch_size, settings.max_fetch_size),
+                session=zk.session_id or 0,
+                committed=offset,
+            )
+        if dropped or added:
+            self.assignment.generation += 1
+            log.info(
+                "%s: assigned by hand %s, dropped %s",
+                self.consumer_id,
+                describe(added) or "nothing",
+                describe(s.tp for s in dropped) or "nothing",
+            )
+        await self.fetchers.sync()
+
+    async def _drop_manual(self) -> None:
+        states = list(self.assignment.partitions.values())
+        self._discard(states)
+        await self._commit_quietly(states)
+        self.assignment.partitions.clear()
+        self.assignment.generation += 1
+        self.manual = None
+        self.delivery.revoke_lease()  # a subscription's rebalance renews it
 
     async def keep_lease(self) -> None:
         """Prove the ZooKeeper session alive every third of its timeout (supervised).
@@ -173,6 +376,19 @@ class Coordinator:
                     self.delivery.renew(sent + timeout * LEASE_FRACTION)
             await asyncio.sleep(timeout / 3)
 
+    async def refresh_topics(self) -> list[str]:
+        """Read every topic and its registered partitions from ZooKeeper (``topics()``);
+        the children of ``/brokers/topics``, sorted."""
+        zk = self.zookeeper
+        topics = await read_topics(zk)
+        found = await asyncio.gather(*(read_topic_registrations(zk, t) for t in topics))
+        self.known_topics = topics
+        self.topic_partitions = {
+            topic: {TopicPartition.parse(topic, name) for name in partition_names(registrations)}
+            for topic, registrations in zip(topics, found, strict=True)
+        }
+        return topics
+
     async def auto_commit(self) -> None:
         """Commit every ``auto_commit_interval`` seconds (supervised); a failed commit
         is logged and retried at the next interval."""
@@ -194,12 +410,14 @@ class Coordinator:
             except KafkaError as exc:
                 failure = exc
                 log.error("%s: the final commit failed: %s", self.consumer_id, exc)
-        for tp, state in self.assignment.partitions.items():
-            self._pending_release[tp] = state.session
+        if self.subscription is not None:  # (a manual assignment owns no owner nodes)
+            for tp, state in self.assignment.partitions.items():
+                self._pending_release[tp] = state.session
         self.assignment.partitions.clear()
         try:
             await self._release_pending()
-            await self.registry.unregister(self.consumer_id)
+            if self.subscription is not None:
+                await self.registry.unregister(self.consumer_id)
         except KafkaError as exc:
             log.warning("%s: leaving the group cleanly failed: %s", self.consumer_id, exc)
         if failure is not None:
@@ -211,6 +429,13 @@ class Coordinator:
     def session_lost(self) -> None:
         """The session expired: stop acting as the owner of anything at once."""
         self.session_expiries += 1
+        if self.manual is not None:
+            log.warning(
+                "%s: ZooKeeper session expired; a manual assignment goes on (nothing was owned "
+                "through it)",
+                self.consumer_id,
+            )
+            return
         self._broken = True
         self.delivery.revoke_lease()
         states = list(self.assignment.partitions.values())
@@ -257,8 +482,14 @@ class Coordinator:
         todo = [(s, o) for s, o in targets if s.committed != o]
         if not todo:
             return
+        registry = self.registry
+        # A manual assignment owns nothing through the session: nothing to fence to.
+        fenced = self.manual is None
         results = await asyncio.gather(
-            *(self.registry.commit(s.tp.topic, s.tp.name, o, session=s.session) for s, o in todo),
+            *(
+                registry.commit(s.tp.topic, s.tp.name, o, session=s.session if fenced else None)
+                for s, o in todo
+            ),
             return_exceptions=True,
         )
         failed: list[tuple[TopicPartition, BaseException]] = []
@@ -279,7 +510,10 @@ class Coordinator:
             ) from first
 
     async def _commit_quietly(self, states: Iterable[PartitionState]) -> None:
-        """Commit positions as part of a rebalance: a failure is logged, not fatal."""
+        """Commit positions as part of a rebalance: a failure is logged, not fatal (and
+        without a group there is nothing to commit to)."""
+        if not self.has_group:
+            return
         try:
             await self._write((s, s.position) for s in states if not s.fenced)
         except CommitFailedError as exc:
@@ -339,9 +573,13 @@ class Coordinator:
         if self._broken:
             await self._forget_all("the ZooKeeper session expired")
             self._broken = False
-        subscription = settings.subscription
+        subscription = self.subscription
+        if subscription is None:
+            return True  # (unsubscribed meanwhile: nothing to balance)
         # Each list is read once, leaving the watch whose firing starts the next rebalance.
         available = sorted(await self._watch(BROKER_TOPICS)) if subscription.is_wildcard else []
+        if subscription.is_wildcard:
+            self.known_topics = available
         my_topics = subscription.streams_per_topic(available)
         members = {
             member: Subscription.parse(value)
@@ -360,7 +598,9 @@ class Coordinator:
         wanted: dict[TopicPartition, str] = {}
         for (topic, count), values in zip(my_topics.items(), read, strict=True):
             registrations = registrations_from_values(topic, values)
-            ranges = assign(partition_names(registrations), threads.get(topic, []))
+            names = partition_names(registrations)
+            self.topic_partitions[topic] = {TopicPartition.parse(topic, n) for n in names}
+            ranges = assign(names, threads.get(topic, []))
             for thread in thread_ids(self.consumer_id, count):
                 for name in ranges.get(thread, []):
                     wanted[TopicPartition.parse(topic, name)] = thread
@@ -461,15 +701,48 @@ class Coordinator:
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, tuple[int, int | None]]:
         """``(where to start, the committed offset)`` of each newly owned partition: the
-        committed offset, else ``auto_offset_reset``."""
+        committed offset, else :meth:`starting_offset`."""
         committed = await asyncio.gather(
             *(self.registry.committed(tp.topic, tp.name) for tp in partitions)
         )
         starts: dict[TopicPartition, tuple[int, int | None]] = {}
         for tp, offset in zip(partitions, committed, strict=True):
-            start = offset if offset is not None else await self.offsets.reset(tp, None)
+            start = offset if offset is not None else await self.starting_offset(tp)
             starts[tp] = (start, offset)
         return starts
+
+    async def starting_offset(self, tp: TopicPartition) -> int:
+        """Where a partition without a committed offset starts: ``auto_offset_reset`` for
+        one registered when the member subscribed; its beginning for one registered later
+        (everything in it is new to the member; see the module docstring), unless the
+        policy is ``"error"``, which never chooses an offset."""
+        if tp in self._existing or self.offsets.auto_offset_reset == "error":
+            return await self.offsets.reset(tp, None)
+        offset = await self.offsets.before(tp, EARLIEST)
+        log.info(
+            "%s: %s/%s appeared after this member subscribed: read from its beginning (%d)",
+            self.consumer_id,
+            tp.topic,
+            tp.name,
+            offset,
+        )
+        return offset
+
+    async def registered_partitions(self, subscription: Subscription) -> set[TopicPartition]:
+        """The partitions registered now (``/brokers/topics/<topic>/<broker>``) of every
+        topic ``subscription`` covers (a filter: the topics it matches now)."""
+        zk = self.zookeeper
+        available = await read_topics(zk) if subscription.is_wildcard else []
+        if subscription.is_wildcard:
+            self.known_topics = available
+        topics = list(subscription.streams_per_topic(available))
+        found = await asyncio.gather(*(read_topic_registrations(zk, t) for t in topics))
+        registered: set[TopicPartition] = set()
+        for topic, registrations in zip(topics, found, strict=True):
+            partitions = {TopicPartition.parse(topic, n) for n in partition_names(registrations)}
+            self.topic_partitions[topic] = partitions
+            registered |= partitions
+        return registered
 
     async def _forget_all(self, why: str) -> None:
         """After a break in ownership: revoke everything without committing (the next

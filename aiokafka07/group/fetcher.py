@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,16 @@ class Offsets:
         conn = await self.pool.connection(await self.address(tp.broker_id))
         offsets = await conn.offsets(tp.topic, tp.partition, time, 1)
         return offsets[0] if offsets else 0
+
+    async def for_time(self, tp: TopicPartition, time_ms: int) -> int:
+        """Where to start reading ``tp`` so as to miss nothing written at or after
+        ``time_ms``: 0.7's OFFSETS answer for that time, the start of the newest segment
+        last modified at or before it (the log end when ``time_ms`` is now or later);
+        when every segment was modified after it (or the broker has no log), the oldest
+        offset."""
+        conn = await self.pool.connection(await self.address(tp.broker_id))
+        offsets = await conn.offsets(tp.topic, tp.partition, time_ms, 1)
+        return offsets[0] if offsets else await self.before(tp, EARLIEST)
 
     async def reset(self, tp: TopicPartition, bad_offset: int | None) -> int:
         """Where ``tp`` starts without a valid offset (``bad_offset``: the one the broker
@@ -216,9 +227,8 @@ class Fetcher:
             await asyncio.wait_for(self._wake.wait(), seconds)
 
     async def _fetch(self, states: list[PartitionState]) -> bool:
-        address = self.assignment.brokers.get(self.broker_id)
-        if address is None:
-            raise KafkaConnectionError(f"broker {self.broker_id} is not registered")
+        # (A broker the last cluster view lacks is looked up in ZooKeeper.)
+        address = await self.offsets.address(self.broker_id)
         conn = await self.pool.connection(address)
         requests = [
             FetchRequest(s.tp.topic, s.tp.partition, s.fetch_offset, s.fetch_size) for s in states
@@ -236,10 +246,12 @@ class Fetcher:
         if not self.delivery.leased():
             return True  # (taken in again once the session is confirmed alive)
         got = False
+        now_ms = int(time.time() * 1000)
         for state, epoch, request, answer in zip(
             states, epochs, requests, response.responses, strict=True
         ):
             if state.epoch == epoch and self.assignment.holds(state):
+                state.last_poll_ms = now_ms
                 got |= await self._deliver(state, request, answer)
         return got
 

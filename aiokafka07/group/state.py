@@ -39,6 +39,8 @@ class PartitionState:
     * ``epoch``: bumped by every ``seek()``; a fetch answer for an older epoch is dropped.
     * ``session``: the ZooKeeper session that claimed it; commits are written only there.
     * ``highwater``: the log end as last seen (a short fetch reached it), or None.
+    * ``last_poll_ms``: when (ms since the epoch) the last fetch answer for it was taken
+      in, or None before the first.
     """
 
     __slots__ = (
@@ -50,6 +52,7 @@ class PartitionState:
         "fetch_offset",
         "halted",
         "highwater",
+        "last_poll_ms",
         "parked",
         "paused",
         "reading",
@@ -84,6 +87,7 @@ class PartitionState:
         self.halted = False
         self.fenced = False
         self.highwater: int | None = None
+        self.last_poll_ms: int | None = None
         self.reading: Chunk | None = None  # the chunk its records are handed out from
         self.buffered = 0  # chunks of it waiting in its stream
         self.parked: list[Chunk] = []  # chunks held back while paused

@@ -145,6 +145,13 @@ class Subscription:
         """Read a member's registration in any 0.7.2 form."""
         return cls.from_registration(parse_registration(value))
 
+    def covers(self, topic: str) -> bool:
+        """Whether ``topic`` is consumed: one of the static topics, or matched by the filter."""
+        if self.topics is not None:
+            return topic in self.topics
+        assert self.filter is not None
+        return self.filter.allows(topic)
+
     def streams_per_topic(self, available_topics: Iterable[str]) -> dict[str, int]:
         """Topic → stream count; a filter is expanded against ``available_topics`` (the
         current children of ``/brokers/topics``), as every 0.7.2 reader does."""

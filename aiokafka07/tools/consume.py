@@ -156,8 +156,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--from-beginning",
         action="store_true",
-        help="start at the earliest offset (default: the latest). A named group's committed "
-        "offsets of these topics are deleted first, as 0.7.2 does",
+        help="start at the earliest offset (default: the latest, for partitions that exist "
+        "when it starts; one created later is printed from its first message). A named "
+        "group's committed offsets of these topics are deleted first, as 0.7.2 does",
     )
     where.add_argument(
         "-n", "--max-messages", type=positive_int, metavar="N", help="stop after N messages"
