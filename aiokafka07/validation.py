@@ -13,28 +13,58 @@ through :func:`check_ms` / :func:`check_optional_ms` (which check a duration and
 deprecated seconds form), :func:`renamed_to_ms` under them, and
 :func:`renamed_options_to_ms` for options passed on to another class: each converts the
 seconds and warns with a :class:`DeprecationWarning` naming the new keyword.
+
+Other call forms kept for one release warn through :func:`warn_deprecated` (one wording
+for every deprecation), and mark their typed overload with :func:`deprecated` (PEP 702),
+so a type checker points at each use too.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InvalidConfigError
 
+if TYPE_CHECKING:
+    from typing_extensions import deprecated
+else:
+    _F = TypeVar("_F")
+
+    def deprecated(message: str) -> Callable[[_F], _F]:
+        """PEP 702's marker of a deprecated overload, read by type checkers (from
+        ``typing_extensions``, no run-time dependency; mypy reports each use with
+        ``--enable-error-code deprecated``). At run time it only records ``message`` as
+        ``__deprecated__``, as PEP 702 does; the implementation warns with
+        :func:`warn_deprecated`, in the same words."""
+
+        def mark(function: _F) -> _F:
+            function.__deprecated__ = message  # type: ignore[attr-defined]
+            return function
+
+        return mark
+
+
 __all__ = [
     "INT32_MAX",
+    "NOT_GIVEN",
     "check_int",
     "check_ms",
     "check_number",
     "check_optional_int",
     "check_optional_ms",
     "check_optional_number",
+    "deprecated",
     "renamed_options_to_ms",
     "renamed_to_ms",
+    "warn_deprecated",
 ]
+
+#: The default of a parameter kept for a deprecated call form: told apart from any value
+#: the caller may pass (``None`` included).
+NOT_GIVEN: Any = object()
 
 #: The largest value of a 0.7 int32 field (sizes, broker ids, partitions): the bound of
 #: every such setting and argument.
@@ -131,15 +161,22 @@ def renamed_to_ms(
     """
     if seconds is None:
         return value
-    warnings.warn(
-        f"{where}({old}=<seconds>) is deprecated and goes in the next release: "
-        f"use {old}_ms=<milliseconds>",
-        DeprecationWarning,
-        stacklevel=stacklevel,
-    )
+    warn_deprecated(f"{where}({old}=<seconds>)", f"{old}_ms=<milliseconds>", stacklevel + 1)
     if isinstance(seconds, tuple):
         return tuple(check_number(old, part) * 1000 for part in seconds)
     return check_number(old, seconds) * 1000
+
+
+def deprecation_message(old: str, new: str) -> str:
+    """The one wording of a deprecation: what goes, and what to use instead."""
+    return f"{old} is deprecated and goes in the next release: use {new}"
+
+
+def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warn (:class:`DeprecationWarning`) that the call form ``old`` goes in the next
+    release, naming ``new``. The default ``stacklevel`` points the warning at the code
+    that called the function calling this."""
+    warnings.warn(deprecation_message(old, new), DeprecationWarning, stacklevel=stacklevel)
 
 
 def check_ms(

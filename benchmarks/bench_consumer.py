@@ -1,18 +1,29 @@
-"""SimpleConsumer throughput and pipelined request rate over loopback.
+"""SimpleConsumer throughput and pipelined request rate over loopback, as ratios to a floor
+measured in the same run.
 
 The embedded broker runs in its own process (one core); the consumer measured runs here
 (the other core), as a user's consumer process would.
 
-* **messages().** A backlog of ``--messages`` 100-byte uncompressed messages (one
-  partition, produced beforehand) iterated with ``async for record in
-  consumer.messages(...)``, touching every value; 1 MiB fetches, the next one in flight
-  while a batch is handed out. Also ``batches()`` (one result per fetch) for reference.
-  Target: at least 1.3 million messages/s (the official Java 0.7.2 consumer's rate here).
+* **Iteration.** A backlog of ``--messages`` 100-byte uncompressed messages (one
+  partition, produced beforehand) read three ways, interleaved, ``--reps`` times (>= 5):
+  the **floor**, a minimal client on one ``BrokerConnection`` (a FETCH of ``fetch_size``
+  in flight while the answer before it is decoded into a list with the codec's
+  ``decode_messages_into``, CRCs checked, and counted: fetching and decoding, nothing
+  else); ``consumer.batches()`` (one result per fetch, counted); and ``async for record in
+  consumer.messages(...)``, touching every value. Each figure is this process's CPU time
+  (``time.process_time()``) per message, and its ratio to the floor of the same
+  repetition; also the wall-clock rates.
 * **Pipelining.** ``--requests`` small fetches (one 100-byte message each) on one
   connection: one at a time (await each answer) against all issued at once (answers
-  matched in order). Requests per second for both, and the ratio.
+  matched in order), ``--reps`` times in turns. Requests per second for both, and their
+  ratio per repetition.
 
-Run: ``python benchmarks/bench_consumer.py [--messages N] [--requests N] [--json]``.
+Printed: medians with the spread (min..max) of every figure and ratio, and the machine's
+load average before and after. No verdict: the ratios say how far above the floor the
+consumer is on this machine, now.
+
+Run: ``python benchmarks/bench_consumer.py [--messages N] [--requests N] [--reps R]
+[--json]``.
 """
 
 from __future__ import annotations
@@ -20,19 +31,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import tempfile
 import time
 from typing import Any
 
-from common import start_broker
+from common import Run, load, ratios, spread, start_broker, timed
 
 from aiokafka07 import BrokerAddress, BrokerConnection, SimpleConsumer
+from aiokafka07.protocol import decode_messages_into
 
 PAYLOAD = 100
 BATCH = 1000
 TOPIC = "backlog"
 MB = 1e6
+MODES = ("floor", "messages", "batches")
 
 
 async def produce_backlog(conn: BrokerConnection, messages: int) -> int:
@@ -54,90 +68,175 @@ async def wait_visible(consumer: SimpleConsumer, end: int) -> None:
     raise RuntimeError("the backlog never became visible")
 
 
-async def time_messages(consumer: SimpleConsumer, expected: int) -> dict[str, float]:
+async def read_floor(conn: BrokerConnection, fetch_size: int) -> int:
+    """The floor: one FETCH in flight while the previous answer is decoded into a list
+    (the codec's ``decode_messages_into``, CRCs checked), counted."""
+    count = offset = 0
+    pending = asyncio.ensure_future(conn.fetch(TOPIC, 0, offset, fetch_size))
+    while True:
+        answer = await pending
+        messages: list[Any] = []
+        valid = decode_messages_into(messages, answer.message_set, offset)
+        if not valid:
+            return count
+        offset += valid
+        pending = asyncio.ensure_future(conn.fetch(TOPIC, 0, offset, fetch_size))
+        count += len(messages)
+
+
+async def read_messages(consumer: SimpleConsumer) -> int:
     count = size = 0
-    start = time.perf_counter()
     async for record in consumer.messages(TOPIC, 0, 0):
         count += 1
         size += len(record.value)
-    elapsed = time.perf_counter() - start
-    if count != expected:
-        raise RuntimeError(f"iterated {count} messages, expected {expected}")
-    return {"messages_per_s": count / elapsed, "payload_mb_per_s": size / elapsed / MB}
+    return count
 
 
-async def time_batches(consumer: SimpleConsumer, expected: int) -> dict[str, float]:
+async def read_batches(consumer: SimpleConsumer) -> int:
     count = 0
-    start = time.perf_counter()
     async for batch in consumer.batches(TOPIC, 0, 0):
         count += len(batch.messages)
-    elapsed = time.perf_counter() - start
-    if count != expected:
-        raise RuntimeError(f"received {count} messages, expected {expected}")
-    return {"messages_per_s": count / elapsed, "payload_mb_per_s": count * PAYLOAD / elapsed / MB}
+    return count
 
 
-async def time_requests(conn: BrokerConnection, requests: int) -> dict[str, float]:
+async def iteration(
+    conn: BrokerConnection, consumer: SimpleConsumer, expected: int, reps: int
+) -> dict[str, Any]:
+    readers = {
+        "floor": lambda: read_floor(conn, consumer.fetch_size),
+        "messages": lambda: read_messages(consumer),
+        "batches": lambda: read_batches(consumer),
+    }
+    runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
+    for rep in range(reps):  # interleaved, in a rotating order
+        shift = rep % len(MODES)
+        for mode in MODES[shift:] + MODES[:shift]:
+            run = await timed(readers[mode])
+            if run.count != expected:
+                raise RuntimeError(f"{mode} read {run.count} messages, expected {expected}")
+            runs[mode].append(run)
+    figures: dict[str, Any] = {}
+    floor = [r.cpu_us for r in runs["floor"]]
+    for mode in MODES:
+        cpu = [r.cpu_us for r in runs[mode]]
+        figures[mode] = {
+            "cpu_us_per_message": spread(cpu),
+            "messages_per_s": spread([r.rate for r in runs[mode]]),
+        }
+        if mode != "floor":
+            figures[mode]["cpu_ratio_to_floor"] = ratios(cpu, floor)
+    return figures
+
+
+async def pipelining(conn: BrokerConnection, requests: int, reps: int) -> dict[str, Any]:
     size = 4 + 6 + PAYLOAD
-    start = time.perf_counter()
-    for i in range(requests):
-        await conn.fetch(TOPIC, 0, (i % 1000) * size, size)
-    serial = requests / (time.perf_counter() - start)
-    start = time.perf_counter()
-    answers = await asyncio.gather(
-        *(conn.fetch(TOPIC, 0, (i % 1000) * size, size) for i in range(requests))
-    )
-    pipelined = requests / (time.perf_counter() - start)
-    if any(len(a.message_set) != size for a in answers):
-        raise RuntimeError("a pipelined fetch got the wrong answer")
-    return {"serial_per_s": serial, "pipelined_per_s": pipelined, "ratio": pipelined / serial}
+
+    async def serial() -> float:
+        start = time.perf_counter()
+        for i in range(requests):
+            await conn.fetch(TOPIC, 0, (i % 1000) * size, size)
+        return requests / (time.perf_counter() - start)
+
+    async def pipelined() -> float:
+        start = time.perf_counter()
+        answers = await asyncio.gather(
+            *(conn.fetch(TOPIC, 0, (i % 1000) * size, size) for i in range(requests))
+        )
+        rate = requests / (time.perf_counter() - start)
+        if any(len(a.message_set) != size for a in answers):
+            raise RuntimeError("a pipelined fetch got the wrong answer")
+        return rate
+
+    one_at_a_time: list[float] = []
+    all_at_once: list[float] = []
+    for rep in range(reps):
+        if rep % 2:
+            all_at_once.append(await pipelined())
+            one_at_a_time.append(await serial())
+        else:
+            one_at_a_time.append(await serial())
+            all_at_once.append(await pipelined())
+    return {
+        "count": requests,
+        "serial_per_s": spread(one_at_a_time),
+        "pipelined_per_s": spread(all_at_once),
+        "pipelined_over_serial": ratios(all_at_once, one_at_a_time),
+    }
 
 
-async def run(messages: int, requests: int) -> dict[str, Any]:
+async def run(messages: int, requests: int, reps: int) -> dict[str, Any]:
     messages -= messages % BATCH
+    results: dict[str, Any] = {
+        "messages": messages,
+        "reps": reps,
+        "cpus": os.cpu_count(),
+        "load_before": load(),
+    }
     with tempfile.TemporaryDirectory(prefix="bench-consumer-") as log_dir:
         proc, port = await start_broker(log_dir)
         try:
             conn = await BrokerConnection.open(BrokerAddress(0, "127.0.0.1", port))
-            end = await produce_backlog(conn, messages)
-            async with SimpleConsumer("127.0.0.1", port, broker_id=0) as consumer:
-                await wait_visible(consumer, end)
-                results: dict[str, Any] = {"messages": messages, "backlog_bytes": end}
-                results["messages_iter"] = await time_messages(consumer, messages)
-                results["batches_iter"] = await time_batches(consumer, messages)
-            results["requests"] = {"count": requests, **await time_requests(conn, requests)}
-            await conn.close()
+            try:
+                end = await produce_backlog(conn, messages)
+                results["backlog_bytes"] = end
+                async with SimpleConsumer("127.0.0.1", port, broker_id=0) as consumer:
+                    await wait_visible(consumer, end)
+                    results["iteration"] = await iteration(conn, consumer, messages, reps)
+                results["requests"] = await pipelining(conn, requests, reps)
+            finally:
+                await conn.close()
         finally:
             proc.terminate()
             await proc.wait()
+    results["load_after"] = load()
     return results
 
 
 def render(r: dict[str, Any]) -> str:
-    m, b, q = r["messages_iter"], r["batches_iter"], r["requests"]
-    verdict = "ok" if m["messages_per_s"] >= 1.3e6 else "BELOW TARGET"
-    return "\n".join(
-        [
-            f"SimpleConsumer over loopback: {r['messages']:,} messages of {PAYLOAD} B "
-            f"({r['backlog_bytes'] / MB:.0f} MB), broker in its own process",
-            f"  messages() iteration  {m['messages_per_s']:>12,.0f} msgs/s "
-            f"{m['payload_mb_per_s']:7.1f} MB/s   [target >= 1,300,000: {verdict}]",
-            f"  batches() iteration   {b['messages_per_s']:>12,.0f} msgs/s "
-            f"{b['payload_mb_per_s']:7.1f} MB/s",
-            f"  {q['count']:,} small fetches on one connection: one at a time "
-            f"{q['serial_per_s']:,.0f}/s, pipelined {q['pipelined_per_s']:,.0f}/s "
-            f"({q['ratio']:.1f}x)",
-        ]
+    def ratio(f: dict[str, float]) -> str:
+        return f"{f['median']:.2f}x ({f['min']:.2f}..{f['max']:.2f})"
+
+    def rate(f: dict[str, float]) -> str:
+        return f"{f['median']:,.0f} ({f['min']:,.0f}..{f['max']:,.0f})"
+
+    lines = [
+        f"SimpleConsumer over loopback: {r['messages']:,} messages of {PAYLOAD} B "
+        f"({r['backlog_bytes'] / MB:.0f} MB), broker in its own process; {r['reps']} "
+        f"interleaved repetitions, {r['cpus']} CPUs, load "
+        f"{' '.join(f'{x:.2f}' for x in r['load_before'])} before, "
+        f"{' '.join(f'{x:.2f}' for x in r['load_after'])} after",
+        "  CPU us/message (median), ratio to the floor of the same repetition "
+        "(min..max), msgs/s (min..max)",
+    ]
+    labels = {"floor": "floor", "messages": "messages()", "batches": "batches()"}
+    for mode in MODES:
+        f = r["iteration"][mode]
+        rel = "" if mode == "floor" else ratio(f["cpu_ratio_to_floor"])
+        lines.append(
+            f"    {labels[mode]:<11} {f['cpu_us_per_message']['median']:6.3f} us  {rel:<20} "
+            f"{rate(f['messages_per_s'])} msgs/s"
+        )
+    q = r["requests"]
+    lines.append(
+        f"  {q['count']:,} small fetches on one connection: one at a time "
+        f"{rate(q['serial_per_s'])}/s, pipelined {rate(q['pipelined_per_s'])}/s; "
+        f"pipelined / one at a time {ratio(q['pipelined_over_serial'])}"
     )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = asyncio.run(run(args.messages, args.requests))
+    if args.messages < BATCH:
+        parser.error(f"--messages must be at least {BATCH}")
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
+    results = asyncio.run(run(args.messages, args.requests, args.reps))
     print(json.dumps(results, indent=2) if args.json else render(results))
 
 

@@ -14,16 +14,19 @@ costs neither time nor memory in this process.
   are interleaved, ``--reps`` times (>= 5); each figure is this process's CPU time
   (``time.process_time()``) per message, and the ratio to the floor of the same
   repetition. Printed: the medians and the spread (min..max) of the ratios, the wall-clock
-  rates, and the machine's load. Targets (not asserted): ``async for`` <= 1.5x the floor,
-  ``getmany`` <= 1.2x.
+  rates, and the machine's load.
 * **Memory.** The peak resident memory (``ru_maxrss``) of a fresh process that joins a group
   and reads a ``--memory-mb`` backlog with ``async for``, against the same process reading
-  a backlog 100 times smaller: flat means the two are close (the prefetch is bounded at
-  4 MiB per stream, not by the backlog).
+  a backlog 100 times smaller (the floor, in the same run): their ratio near 1 means flat
+  (the prefetch is bounded at 4 MiB per stream, not by the backlog).
 * **Rebalance.** 8 members of one group on a 64-partition topic; then, ``--reps`` times, a
   9th member joins and later leaves. Timed: from the join (the leave) until every partition
   is owned by exactly one member, each member owning its 0.7.2 share, in the members'
-  in-process assignments. Median and spread. Target (not asserted): well under 1 s.
+  in-process assignments. Median and spread, in milliseconds: there is no floor to
+  compare with in the same run, and no verdict either.
+
+No figure is judged against a fixed number: what a machine does at one moment says little
+on another.
 
 Run: ``python benchmarks/bench_group.py [--messages N] [--memory-mb M] [--reps R] [--json]``.
 """
@@ -41,11 +44,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from common import spread, start_broker, write_segments
+from common import Run, load, ratios, spread, start_broker, timed, write_segments
 
 from aiokafka07 import SimpleConsumer
 from aiokafka07.group.consumer import Consumer
@@ -70,23 +72,6 @@ def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, cod
     per_partition = messages // partitions // 1000
     write_segments(log_dir, topic, partitions, chunk, per_partition)
     return per_partition * 1000 * partitions
-
-
-class Run:
-    """One timed read: CPU seconds and wall seconds for ``count`` messages."""
-
-    def __init__(self, count: int, cpu: float, wall: float) -> None:
-        self.count, self.cpu, self.wall = count, cpu, wall
-
-    @property
-    def cpu_us(self) -> float:
-        return self.cpu / self.count * 1e6
-
-
-async def timed(read: Callable[[], Awaitable[int]]) -> Run:
-    cpu, wall = time.process_time(), time.perf_counter()
-    count = await read()
-    return Run(count, time.process_time() - cpu, time.perf_counter() - wall)
 
 
 async def floor(port: int, topic: str, expected: int) -> Run:
@@ -165,10 +150,9 @@ async def cpu_per_message(
                 "messages_per_s": spread([r.count / r.wall for r in runs[mode]]),
             }
             if mode != "floor":
-                ratios = [
-                    r.cpu_us / f.cpu_us for r, f in zip(runs[mode], runs["floor"], strict=True)
-                ]
-                figures[mode]["cpu_ratio_to_floor"] = spread(ratios)
+                figures[mode]["cpu_ratio_to_floor"] = ratios(
+                    [r.cpu_us for r in runs[mode]], [f.cpu_us for f in runs["floor"]]
+                )
         results[codec] = figures
     return results
 
@@ -267,7 +251,7 @@ async def run(messages: int, memory_mb: int, reps: int) -> dict[str, Any]:
         "messages": messages,
         "reps": reps,
         "cpus": os.cpu_count(),
-        "load_before": os.getloadavg(),
+        "load_before": load(),
     }
     with tempfile.TemporaryDirectory(prefix="bench-group-") as tmp, ZooKeeperServer() as zk:
         log_dir = Path(tmp)
@@ -301,12 +285,13 @@ async def run(messages: int, memory_mb: int, reps: int) -> dict[str, Any]:
                 "large": memory["large"],
                 "small": memory["small"],
                 "growth_mb": memory["large"]["peak_rss_mb"] - memory["small"]["peak_rss_mb"],
+                "large_over_small": memory["large"]["peak_rss_mb"] / memory["small"]["peak_rss_mb"],
             }
             results["rebalance"] = await rebalances(zk.connect_string, reps)
         finally:
             proc.terminate()
             await proc.wait()
-    results["load_after"] = os.getloadavg()
+    results["load_after"] = load()
     return results
 
 
@@ -324,26 +309,24 @@ def render(r: dict[str, Any]) -> str:
         lines.append(f"  {codec}: CPU us/message (median), ratio to the floor (min..max), rate")
         for mode in MODES:
             f = figures[mode]
-            target = {"async_for": " [target <= 1.5x]", "getmany": " [target <= 1.2x]"}
             rel = "" if mode == "floor" else "  " + ratio(f["cpu_ratio_to_floor"])
             lines.append(
                 f"    {mode:<10} {f['cpu_us_per_message']['median']:6.3f} us{rel:<22} "
                 f"{f['messages_per_s']['median']:>11,.0f} msgs/s"
-                f"{target.get(mode, '') if codec == 'none' else ''}"
             )
     m = r["memory"]
     lines.append(
         f"  peak RSS reading {m['backlog_mb']} MB: {m['large']['peak_rss_mb']:.1f} MB; "
         f"reading {m['small']['messages'] * (PAYLOAD + 10) / MB:g} MB: "
         f"{m['small']['peak_rss_mb']:.1f} MB "
-        f"(growth {m['growth_mb']:+.1f} MB)"
+        f"(growth {m['growth_mb']:+.1f} MB, {m['large_over_small']:.2f}x)"
     )
     b = r["rebalance"]
     lines.append(
         f"  8 members, 64 partitions: first join {b['first_s'] * 1000:.0f} ms; a 9th joins "
         f"{b['join_s']['median'] * 1000:.0f} ms ({b['join_s']['min'] * 1000:.0f}.."
         f"{b['join_s']['max'] * 1000:.0f}), leaves {b['leave_s']['median'] * 1000:.0f} ms "
-        f"({b['leave_s']['min'] * 1000:.0f}..{b['leave_s']['max'] * 1000:.0f}) [target < 1 s]"
+        f"({b['leave_s']['min'] * 1000:.0f}..{b['leave_s']['max'] * 1000:.0f})"
     )
     return "\n".join(lines)
 

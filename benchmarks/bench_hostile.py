@@ -15,12 +15,12 @@ declare 3.3 GiB, a consumer started inside a message.
   where the payload reads as a size larger than the log (for a fetch size larger and
   smaller than the log), and where the bytes read as a size within the log. Requests
   until the typed error (FETCH and OFFSETS, counted by an in-process broker) and the
-  time; the first batch from a valid offset is the floor.
+  time, as a ratio to the time of the first batch from a valid offset (the floor), each
+  repetition trying every position in turn.
 
-Targets: the broker's peak RSS under twice its bound; the healthy client's slowest round
-trip during a bomb a small fraction of the time the refusal takes (inflating on the
-event loop makes them equal); the 22 bytes a typed error at the floor's RSS; a typed
-error within three requests from any offset inside a message.
+Every figure is a ratio to a floor measured in the same run (or to the broker's own
+configured bound), over ``--reps`` interleaved repetitions, with the median and spread
+and the load average before and after; none is judged against a fixed number.
 
 Run: ``python benchmarks/bench_hostile.py [--reps N] [--bomb-mib N] [--json]``.
 """
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import spread, start_broker
+from common import ratios, spread, start_broker
 
 from aiokafka07 import BrokerAddress, BrokerConnection, SimpleConsumer
 from aiokafka07.broker import Broker, BrokerConfig
@@ -121,6 +121,11 @@ async def measure_bomb(reps: int, bomb_mib: int) -> dict[str, Any]:
         },
         "healthy_round_trips_during_bomb": spread([b["round_trips"] for b in bombed]),
         "slowest_over_quiet_median": max(b["max_s"] for b in bombed) / floor,
+        # Per repetition, the bomb window against the quiet window next to it.
+        "median_over_quiet": ratios(
+            [b["median_s"] for b in bombed], [q["median_s"] for q in quiet]
+        ),
+        "slowest_over_quiet": ratios([b["max_s"] for b in bombed], [q["max_s"] for q in quiet]),
         "broker_peak_rss_bytes": {"before": before, "after": after},
         "peak_rss_over_bound": after / bound.decompression_bound(),
     }
@@ -181,35 +186,46 @@ async def measure_mid_message(reps: int) -> dict[str, Any]:
             payloads = [b"\x00\xd3\x4c\x8f view %06d" % i for i in range(20_000)]
             await conn.produce("pv", 0, payloads, confirm=True)
             await conn.close()
-            cases: dict[str, Any] = {}
-            for name, offset, fetch_size in (
+            positions = (
                 ("floor_valid_offset", 0, 1024),
                 # At 10 (a payload's start) the "size" is 13,847,695, past the log end.
                 ("size_past_log_end_fetch_larger_than_log", 10, 1 << 20),
                 ("size_past_log_end_fetch_smaller_than_log", 10, 1024),
                 # At 5 (attributes and CRC), a "size" within the log: read, then refused.
                 ("size_within_log", 5, 1024),
-            ):
-                counts, times, errors = [], [], set()
-                for _ in range(reps):
+            )
+            counts: dict[str, list[int]] = {name: [] for name, _, _ in positions}
+            times: dict[str, list[float]] = {name: [] for name, _, _ in positions}
+            errors: dict[str, set[str]] = {name: set() for name, _, _ in positions}
+            for _ in range(reps):  # interleaved: each repetition tries every position
+                for name, offset, fetch_size in positions:
                     before = broker.requests_handled
                     began = time.perf_counter()
                     async with SimpleConsumer(broker.host, broker.port, fetch_size=fetch_size) as c:
                         try:
                             await anext(c.batches("pv", 0, offset))
-                            errors.add("none: a batch")
+                            errors[name].add("none: a batch")
                         except KafkaError as exc:
-                            errors.add(type(exc).__name__)
+                            errors[name].add(type(exc).__name__)
                         except StopAsyncIteration:
-                            errors.add("none: nothing")
-                    times.append(time.perf_counter() - began)
-                    counts.append(broker.requests_handled - before)
-                cases[name] = {
-                    "requests": spread(counts),
-                    "seconds": spread(times),
-                    "outcome": sorted(errors),
+                            errors[name].add("none: nothing")
+                    times[name].append(time.perf_counter() - began)
+                    counts[name].append(broker.requests_handled - before)
+            floor = times["floor_valid_offset"]
+            cases: dict[str, Any] = {
+                name: {
+                    "requests": spread(counts[name]),
+                    "seconds": spread(times[name]),
+                    "seconds_over_floor": ratios(times[name], floor),
+                    "outcome": sorted(errors[name]),
                 }
+                for name, _, _ in positions
+            }
     return cases
+
+
+def spread_text(f: dict[str, float]) -> str:
+    return f"{f['median']:.2f}x ({f['min']:.2f}..{f['max']:.2f})"
 
 
 async def main() -> None:
@@ -229,12 +245,14 @@ async def main() -> None:
         print(json.dumps(figures, indent=2))
         return
     bomb = figures["bomb"]
-    print(f"load average {figures['load_average']}")
+    print(f"load average {figures['load_average']}, after {figures['load_average_after']}")
     print(
         f"bomb: {bomb['bomb_mib']} MiB in {bomb['bomb_compressed_bytes']} bytes, refused after "
         f"{bomb['refused_after_s']['median']:.3f} s (median of {args.reps}); healthy client "
         f"slowest round trip {bomb['healthy_max_s']['bomb']['max'] * 1000:.1f} ms "
-        f"({bomb['slowest_over_quiet_median']:.1f}x the quiet median); broker peak RSS "
+        f"({bomb['slowest_over_quiet_median']:.1f}x the quiet median; per repetition, "
+        f"median {spread_text(bomb['median_over_quiet'])} and slowest "
+        f"{spread_text(bomb['slowest_over_quiet'])} those of the quiet window); broker peak RSS "
         f"{bomb['broker_peak_rss_bytes']['after'] / MIB:.0f} MiB "
         f"({bomb['peak_rss_over_bound']:.2f}x the bound of {bomb['bound_bytes']})"
     )
@@ -243,7 +261,8 @@ async def main() -> None:
     for name, case in figures["mid_message_offset"].items():
         print(
             f"mid-message {name}: {case['outcome']} after {case['requests']['median']} requests, "
-            f"{case['seconds']['median'] * 1000:.1f} ms"
+            f"{case['seconds']['median'] * 1000:.1f} ms, "
+            f"{spread_text(case['seconds_over_floor'])} the floor"
         )
 
 

@@ -2,10 +2,13 @@
 
 ``python tests/group_member.py <zookeeper> <group> <topic> [--session-timeout-ms N]``
 prints ``ready <consumer id>`` once it took part in its first rebalance, then a line per
-event, flushed at once (so whatever it was handed before it died has reached the pipe):
+event, flushed at once (so whatever it was handed before it died has reached the pipe),
+each with the ``time.monotonic()`` at which it happened (the system-wide CLOCK_MONOTONIC:
+the test compares it with its own clock, to tell what happened before a SIGSTOP from what
+happened after the SIGCONT, whenever the line was read):
 
-* ``record <b-p> <offset> <value>`` for every record it is handed;
-* ``assigned <b-p> ...`` / ``revoked <b-p> ...`` from its rebalance listener.
+* ``record <time> <b-p> <offset> <value>`` for every record it is handed;
+* ``assigned <time> <b-p> ...`` / ``revoked <time> <b-p> ...`` from its rebalance listener.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.records import TopicPartition
@@ -23,12 +27,16 @@ def say(*words: str) -> None:
     sys.stdout.flush()
 
 
+def now() -> str:
+    return repr(time.monotonic())
+
+
 class Listener:
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        say("revoked", *sorted(tp.name for tp in revoked))
+        say("revoked", now(), *sorted(tp.name for tp in revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        say("assigned", *sorted(tp.name for tp in assigned))
+        say("assigned", now(), *sorted(tp.name for tp in assigned))
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -54,6 +62,7 @@ async def main(argv: list[str] | None = None) -> None:
     async for record in consumer:
         say(
             "record",
+            now(),
             f"{record.broker_id}-{record.partition}",
             str(record.offset),
             record.value.decode(),

@@ -18,7 +18,7 @@ from aiokafka07.errors import ZooKeeperError
 from aiokafka07.group import assign_group
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.records import TopicPartition
-from aiokafka07.testing import KafkaCluster
+from aiokafka07.testing import KafkaCluster, ZooKeeperServer
 from aiokafka07.zookeeper import ZooKeeper
 
 from .wire import eventually
@@ -49,7 +49,7 @@ async def running_cluster(
     """``brokers`` embedded brokers with ``partitions`` partitions per topic each, a producer
     and a separate ZooKeeper session to read the group's znodes with: what a test starts."""
     async with (
-        kafka_cluster(brokers, num_partitions=partitions) as cluster,
+        kafka_cluster(brokers, zookeeper=zookeeper, num_partitions=partitions) as cluster,
         Producer(zookeeper=zookeeper) as producer,
         ZooKeeper(zookeeper) as zk,
     ):
@@ -96,6 +96,45 @@ async def produce(
             futures.append(await producer.send(topic, value, partition=(broker, partition)))
     await asyncio.gather(*futures)
     return values
+
+
+async def produce_sets(
+    producer: Producer,
+    topic: str,
+    partitions: Iterable[tuple[int, int]],
+    count: int,
+    tag: str,
+    pad: int = 0,
+) -> dict[str, list[bytes]]:
+    """``count`` messages to each of ``partitions`` as ONE message set per partition
+    (``send_batch``): the broker appends and shows each set at once, so a consumer's fetch
+    from before the set takes it whole. Returns "b-p" → the set's values, in order; all
+    delivered when this returns."""
+    sets: dict[str, list[bytes]] = {}
+    futures = []
+    for broker, partition in partitions:
+        batch = producer.create_batch()
+        values = [
+            value_for(tag, broker, partition, next(_sequence)) + b"." * pad for _ in range(count)
+        ]
+        for value in values:
+            if batch.append(value) is None:
+                raise AssertionError(f"{count} messages do not fit in one batch")
+        futures.append(await producer.send_batch(batch, topic, partition=(broker, partition)))
+        sets[f"{broker}-{partition}"] = values
+    await asyncio.gather(*futures)
+    return sets
+
+
+@contextlib.asynccontextmanager
+async def own_zookeeper() -> AsyncIterator[ZooKeeperServer]:
+    """A ZooKeeper server of the test's own (for a test that stops it with SIGSTOP)."""
+    server = ZooKeeperServer()
+    await asyncio.to_thread(server.start)
+    try:
+        yield server
+    finally:
+        await asyncio.to_thread(server.close)
 
 
 async def topic_registrations(zk: ZooKeeper, topic: str) -> dict[int, int]:
@@ -393,22 +432,34 @@ MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
 
 
 class RemoteRecord(NamedTuple):
-    """A record a :class:`RemoteMember` was handed; ``line`` numbers its output lines."""
+    """A record a :class:`RemoteMember` was handed; ``line`` numbers its output lines,
+    ``at`` is the ``time.monotonic()`` at which it was handed out."""
 
     line: int
+    at: float
     name: str  # "b-p"
     offset: int
     value: bytes
 
 
+class RemoteEvent(NamedTuple):
+    """An ``assigned`` / ``revoked`` call of a :class:`RemoteMember`'s listener."""
+
+    line: int
+    at: float
+    kind: str
+    names: set[str]  # "b-p"
+
+
 class RemoteMember:
     """``tests/group_member.py`` in a process of its own, its output parsed as it comes:
-    ``records`` handed out, ``assigned`` / ``revoked`` events (line number, "b-p" names)."""
+    ``records`` handed out and ``assigned`` / ``revoked`` ``events``, each with its line
+    number and when it happened (``time.monotonic()``, the same clock as the test's)."""
 
     def __init__(self, directory: Path) -> None:
         self.stderr_path = directory / "member.err"
         self.records: list[RemoteRecord] = []
-        self.events: list[tuple[int, str, set[str]]] = []
+        self.events: list[RemoteEvent] = []
         self.lines = 0
         self.process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -440,10 +491,13 @@ class RemoteMember:
             if kind == "ready":
                 ready.set_result(fields[0])
             elif kind == "record":
-                name, offset, value = fields
-                self.records.append(RemoteRecord(self.lines, name, int(offset), value.encode()))
+                at, name, offset, value = fields
+                self.records.append(
+                    RemoteRecord(self.lines, float(at), name, int(offset), value.encode())
+                )
             else:
-                self.events.append((self.lines, kind, set(fields)))
+                at, *names = fields
+                self.events.append(RemoteEvent(self.lines, float(at), kind, set(names)))
 
     @property
     def pid(self) -> int:

@@ -20,11 +20,12 @@ from aiokafka07.errors import (
     DeserializationError,
     IllegalStateError,
 )
-from aiokafka07.group.consumer import Consumer
+from aiokafka07.group.consumer import COMMIT_PARTITIONS, Consumer
 from aiokafka07.records import TopicPartition
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.zookeeper import ZooKeeper
 
+from .deprecations import no_deprecation, overload_says, warns_once
 from .groups import (
     ONE_BY_TWO,
     TOPIC,
@@ -144,6 +145,34 @@ async def test_commit_of_given_offsets_commits_exactly_those(
         assert await committed_offsets(zk, "g", TOPIC) == {"0-0": "0", "0-1": str(ends["0-1"])}
         await consumer.commit()  # everything owned
         assert await committed_offsets(zk, "g", TOPIC) == {k: str(v) for k, v in ends.items()}
+
+
+async def test_commit_of_partitions_keyword_still_commits_owned_positions_with_a_warning(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """``commit(partitions=...)``, the keyword before ``offsets``, keeps working for one
+    release as it did: the positions of the partitions given that the member owns (others
+    are skipped), ``None`` every owned position; with one DeprecationWarning naming
+    ``offsets=``, at the caller's line."""
+    async with scene(kafka_cluster, zookeeper, 10) as sc:
+        zk, produced, ends, consumer = sc.zk, sc.produced, sc.ends, sc.consumer
+        await drain(consumer, len(produced))
+        assert await committed_offsets(zk, "g", TOPIC) == {"0-0": "0", "0-1": "0"}
+        with warns_once(*COMMIT_PARTITIONS, __file__):
+            await consumer.commit(partitions=[TP0, ELSEWHERE])  # type: ignore[call-overload]
+        assert await committed_offsets(zk, "g", TOPIC) == {"0-0": str(ends["0-0"]), "0-1": "0"}
+        with warns_once(*COMMIT_PARTITIONS, __file__):
+            await consumer.commit(partitions=None)  # type: ignore[call-overload]
+        assert await committed_offsets(zk, "g", TOPIC) == {k: str(v) for k, v in ends.items()}
+        with no_deprecation():
+            with pytest.raises(IllegalStateError):
+                await consumer.commit(offsets=[TP0, ELSEWHERE])  # the new form refuses
+            with pytest.raises(TypeError, match="not both"):
+                await consumer.commit([TP0], partitions=[TP1])  # type: ignore[call-overload]
+        await consumer.close()
+        with warns_once(*COMMIT_PARTITIONS, __file__), pytest.raises(ConsumerStoppedError):
+            await consumer.commit(partitions=[TP0])  # type: ignore[call-overload]
+    overload_says(Consumer.commit, *COMMIT_PARTITIONS)
 
 
 async def test_seek_to_beginning_end_and_committed(kafka_cluster: Any, zookeeper: str) -> None:

@@ -19,10 +19,12 @@ from aiokafka07.errors import (
 )
 from aiokafka07.partitioner import java_hash_code, java_partition_index
 from aiokafka07.producer import Producer
+from aiokafka07.producer.legacy import SEND_BATCH_OF_VALUES
 from aiokafka07.protocol import decode_message_set
 from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
 from aiokafka07.zookeeper import ZooKeeper
 
+from .deprecations import no_deprecation, overload_says, warns_once
 from .wire import eventually
 
 Logs = dict[tuple[int, int], list[bytes]]
@@ -476,6 +478,48 @@ async def test_create_batch_and_send_batch(kafka_cluster: Any, zookeeper: str) -
         assert entries[0].attributes == 1  # the 50 messages went as one gzip wrapper
         with pytest.raises(ProducerClosedError):
             await p.send_batch(p.create_batch(), "batched")
+
+
+async def test_send_batch_of_values_still_sends_each_value_with_a_deprecation_warning(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """``send_batch(topic, values, key=None, partition=None)``, the form before
+    ``create_batch()``, keeps working for one release: each value goes as ``send()`` sends
+    it and its future is returned (keyed values where the key routes, pinned ones to the
+    partition), with one DeprecationWarning naming ``create_batch()`` and
+    ``send_batch(batch, topic)``, at the caller's line."""
+    async with kafka_cluster(1, num_partitions=2) as cluster:
+        async with Producer(zookeeper=zookeeper) as p:
+            await p.send_and_wait("legacy", b"seed", partition=(0, 1))
+            await p.cluster.wait_for(lambda c: len(c.partitions("legacy")) == 2, timeout_ms=10_000)
+            with warns_once(*SEND_BATCH_OF_VALUES, __file__):
+                keyed = await p.send_batch("legacy", [b"k1", b"k2", b"k3"], key="user-1")
+            with warns_once(*SEND_BATCH_OF_VALUES, __file__):
+                pinned = await p.send_batch("legacy", [b"p1", b"p2"], None, (0, 0))
+            with warns_once(*SEND_BATCH_OF_VALUES, __file__):
+                named = await p.send_batch(topic="legacy", values=[b"n1"], partition=(0, 1))
+            assert [len(keyed), len(pinned), len(named)] == [3, 2, 1]  # a future per value
+            candidates = await p.partitions_for("legacy")
+            routed = candidates[java_partition_index(java_hash_code("user-1"), len(candidates))]
+            assert {(r.broker_id, r.partition) for r in await asyncio.gather(*keyed)} == {routed}
+            assert {(r.broker_id, r.partition) for r in await asyncio.gather(*pinned)} == {(0, 0)}
+            assert [(r.broker_id, r.partition) for r in await asyncio.gather(*named)] == [(0, 1)]
+            # What fits neither form is still a TypeError, and warns nothing.
+            with no_deprecation():
+                with pytest.raises(TypeError, match="BatchBuilder"):
+                    await p.send_batch(42, [b"x"])  # type: ignore[call-overload]
+                with pytest.raises(TypeError, match="multiple values for argument 'key'"):
+                    await p.send_batch("legacy", [b"x"], "k", key="k")  # type: ignore[call-overload]
+                with pytest.raises(TypeError, match="keyword only"):
+                    await p.send_batch(p.create_batch(), "legacy", "k")  # type: ignore[call-overload]
+                batch = p.create_batch()
+                batch.append(b"b1")
+                await (await p.send_batch(batch, "legacy", partition=(0, 0)))
+        logs = await read_logs(cluster, "legacy")
+        assert [v for v in logs[routed] if v.startswith(b"k")] == [b"k1", b"k2", b"k3"]
+        assert logs[(0, 0)][-3:] == [b"p1", b"p2", b"b1"]
+        assert logs[(0, 1)][-1:] == [b"n1"]
+    overload_says(Producer.send_batch, *SEND_BATCH_OF_VALUES)
 
 
 async def test_stop_is_close_and_a_string_is_one_compressed_topic(kafka_cluster: Any) -> None:

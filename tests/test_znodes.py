@@ -24,7 +24,7 @@ from aiokafka07.testing import ZooKeeperServer, expire_session
 from aiokafka07.znodes import GroupRegistry, read_topic_registrations, read_topics
 from aiokafka07.zookeeper import ZooKeeper
 
-from .wire import eventually
+from .wire import eventually, stopped
 
 OBSERVED = Path(__file__).resolve().parent / "data" / "znodes-observed.txt"
 _ENTRY = re.compile(r"^(/\S*) = (None|'(.*)')(?: EPHEMERAL\(owner=\w+\))?$")
@@ -328,12 +328,3 @@ async def test_a_fenced_write_interrupted_by_a_broken_connection_is_never_sent_a
             assert await zk.get_data("/offsets/fenced") == "1"
     finally:
         await asyncio.to_thread(server.close)
-
-
-def stopped(pid: int) -> bool:
-    """Whether every thread of process ``pid`` is stopped (state T in /proc)."""
-    states = []
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        with contextlib.suppress(OSError):
-            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
-    return bool(states) and all(state in ("T", "t") for state in states)

@@ -1,11 +1,15 @@
-"""A raw TCP peer for broker tests: send exact bytes, read exact frames, see EOF."""
+"""A raw TCP peer for broker tests: send exact bytes, read exact frames, see EOF; and
+what tests of real processes wait with (:func:`eventually`, :func:`stopped`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import inspect
+import os
+import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aiokafka07.connection import BrokerAddress
@@ -34,6 +38,23 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await asyncio.sleep(0.01)
+
+
+def stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (state T in /proc): a SIGSTOP
+    has taken effect."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(OSError):
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
+async def sigstop(pid: int, timeout: float = 10.0) -> None:
+    """Stop process ``pid`` with SIGSTOP; return once the stop has taken effect (the
+    caller sends SIGCONT, also when it fails)."""
+    os.kill(pid, signal.SIGSTOP)
+    await eventually(lambda: stopped(pid), timeout)
 
 
 class RawConnection:

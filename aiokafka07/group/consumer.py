@@ -35,7 +35,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from ..backoff import Backoff
 from ..errors import ConsumerStoppedError, IllegalStateError, InvalidConfigError
@@ -45,11 +45,14 @@ from ..protocol import EARLIEST, LATEST
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
 from ..validation import (
+    NOT_GIVEN,
     check_int,
     check_ms,
     check_number,
     check_optional_int,
     check_optional_number,
+    deprecated,
+    warn_deprecated,
 )
 from ..znodes import GroupRegistry, consumer_id
 from ..zookeeper import ZooKeeper
@@ -62,6 +65,12 @@ from .subscription import Subscription
 __all__ = ["Consumer", "RebalanceListener", "Stream", "SubscriptionView"]
 
 log = logging.getLogger("aiokafka07.group")
+
+#: ``commit(partitions=)``: what goes and what to use instead (the overload's words, too).
+COMMIT_PARTITIONS = (
+    "Consumer.commit(partitions=...)",
+    "commit(offsets=[tp, ...]) (commit() for every owned partition)",
+)
 
 _RESET_POLICIES = ("smallest", "largest", "error")
 
@@ -616,8 +625,23 @@ class Consumer:
         """The owned partitions that are paused."""
         return {tp for tp, s in self._assignment.partitions.items() if s.paused}
 
+    @overload
     async def commit(
         self, offsets: Mapping[TopicPartition, int] | Iterable[TopicPartition] | None = None
+    ) -> None: ...
+
+    @overload
+    @deprecated(
+        "Consumer.commit(partitions=...) is deprecated and goes in the next release: use "
+        "commit(offsets=[tp, ...]) (commit() for every owned partition)"
+    )
+    async def commit(self, *, partitions: Iterable[TopicPartition] | None) -> None: ...
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int] | Iterable[TopicPartition] | None = None,
+        *,
+        partitions: Any = NOT_GIVEN,
     ) -> None:
         """Write offsets to ZooKeeper: ``{tp: offset}`` commits exactly those (each of an
         owned partition; the 0.7.2 "next offset", e.g. ``record.offset``); an iterable of
@@ -627,12 +651,26 @@ class Consumer:
         :class:`~aiokafka07.errors.CommitFailedError` when a write failed or the partition
         was lost with an expired session, :class:`~aiokafka07.errors.IllegalStateError`
         for a partition not owned, or for a consumer without a group.
+
+        Deprecated, until the next release: ``commit(partitions=[tp, ...])`` (the keyword
+        before ``offsets``) commits the positions of those partitions this member owns and
+        skips the others, as it did (``partitions=None``: every owned position), with a
+        :class:`DeprecationWarning`.
         """
+        if partitions is not NOT_GIVEN:
+            if offsets is not None:
+                raise TypeError("commit() takes offsets, or (deprecated) partitions, not both")
+            warn_deprecated(*COMMIT_PARTITIONS)
         if self.closed:
             raise ConsumerStoppedError("the consumer is closed")
         if self.group is None:
             raise IllegalStateError("commit() needs a group: this consumer has none")
-        if offsets is None:
+        if partitions is not NOT_GIVEN and partitions is not None:
+            held = [self._assignment.get(tp) for tp in partitions]
+            await self._coordinator.commit(
+                {s.tp: s.position for s in held if s is not None and not s.fenced}
+            )
+        elif offsets is None:
             await self._coordinator.commit()
         elif isinstance(offsets, Mapping):
             await self._coordinator.commit(offsets)

@@ -99,7 +99,9 @@ class Delivery:
 
     def leased(self) -> bool:
         """Whether the ZooKeeper session is known to be alive now; while it is not, no
-        new chunk is handed out or fetched (another member may be taking over)."""
+        fetch is issued or taken in and no new chunk is handed out (another member may be
+        taking over). It is checked per chunk, not per record: the rest of a chunk already
+        being handed out still comes. Every check of the lease goes through here."""
         return time.monotonic() < self.lease_until
 
     def renew(self, until: float) -> None:
@@ -227,7 +229,7 @@ class Stream:
             self._finish(head)
             self._head = None
         chunks = self._chunks
-        if chunks and time.monotonic() >= self._delivery.lease_until:
+        if chunks and not self._delivery.leased():
             return None  # held until the session is confirmed alive (Delivery.renew)
         while chunks:
             chunk = chunks[0]

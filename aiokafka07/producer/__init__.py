@@ -14,6 +14,7 @@ module             job
 ``batch``          :class:`Batch` (internal) and :class:`BatchBuilder` (``send_batch``)
 ``results``        :class:`ProduceResult`, :class:`ProducerMetrics`, and the ledger where
                    every message ends exactly once
+``legacy``         call forms kept for one release (deprecated ``send_batch(topic, values)``)
 =================  =====================================================================
 """
 

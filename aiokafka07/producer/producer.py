@@ -27,7 +27,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 from ..backoff import Backoff
 from ..cluster import Cluster, cluster_from
@@ -41,10 +41,20 @@ from ..errors import (
 from ..pool import ConnectionPool
 from ..protocol import Compression, _accel, validate_topic
 from ..supervisor import Supervisor
-from ..validation import INT32_MAX, check_int, check_ms, check_number, check_optional_ms
+from ..validation import (
+    INT32_MAX,
+    NOT_GIVEN,
+    check_int,
+    check_ms,
+    check_number,
+    check_optional_ms,
+    deprecated,
+    warn_deprecated,
+)
 from .accumulator import Accumulator
 from .batch import Batch, BatchBuilder, Route, check_message_size, serialize
 from .encoding import MessageSetEncoder, topics_to_compress
+from .legacy import SEND_BATCH_OF_VALUES, send_batch_of_values_arguments
 from .results import EncodedMessage, Outcomes, ProduceResult, ProducerMetrics
 from .router import Partitioner, Router, check_partition
 from .sender import Sender, exc_closed
@@ -546,6 +556,7 @@ class Producer:
             serializer=self.value_serializer,
         )
 
+    @overload
     async def send_batch(
         self,
         batch: BatchBuilder,
@@ -553,13 +564,54 @@ class Producer:
         *,
         partition: tuple[int, int] | None = None,
         key: Any = None,
-    ) -> asyncio.Future[ProduceResult]:
+    ) -> asyncio.Future[ProduceResult]: ...
+
+    @overload
+    @deprecated(
+        "Producer.send_batch(topic, values, key=None, partition=None) is deprecated and goes "
+        "in the next release: use batch = producer.create_batch(), batch.append(value) for "
+        "each value, then send_batch(batch, topic, key=key, partition=partition) (one message "
+        "set, one future), or send(topic, value, key, partition) for each value"
+    )
+    async def send_batch(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        /,
+        key: Any = None,
+        partition: tuple[int, int] | None = None,
+    ) -> list[asyncio.Future[ProduceResult]]: ...
+
+    async def send_batch(
+        self,
+        batch: Any = NOT_GIVEN,
+        topic: Any = NOT_GIVEN,
+        *args: Any,
+        partition: tuple[int, int] | None = None,
+        key: Any = None,
+        **kwargs: Any,
+    ) -> asyncio.Future[ProduceResult] | list[asyncio.Future[ProduceResult]]:
         """Accept a batch built with :meth:`create_batch`: its messages go as one message
         set (one wrapper when compressed), to ``partition``, or where ``key`` routes, or
         to a random partition. Waits while the buffer is full; returns one future for
-        the whole batch. The batch is closed to further appends."""
+        the whole batch. The batch is closed to further appends.
+
+        Deprecated, until the next release: ``send_batch(topic, values, key=None,
+        partition=None)``, the form before ``create_batch()``, still sends each value as
+        :meth:`send` does and returns their futures, with a :class:`DeprecationWarning`.
+        """
         if not isinstance(batch, BatchBuilder):
-            raise TypeError(f"send_batch takes a BatchBuilder from create_batch(), not {batch!r}")
+            old = send_batch_of_values_arguments(batch, topic, args, kwargs, key, partition)
+            warn_deprecated(*SEND_BATCH_OF_VALUES)
+            return [
+                await self.send(old["topic"], value, old["key"], old["partition"])
+                for value in old["values"]
+            ]
+        if topic is NOT_GIVEN or args or kwargs:
+            raise TypeError(
+                "send_batch(batch, topic, *, partition=None, key=None) takes a batch, a topic, "
+                "and partition and key by keyword only"
+            )
         self._check_running()
         self._check_topic(topic)
         pinned = None if partition is None else check_partition(partition)
