@@ -12,16 +12,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 # The checkout's code (an editable install has it too; a plain clone may not).
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE / "_ext"))
 
 import aiokafka07  # noqa: E402
 
 project = "aiokafka07"
 author = "the aiokafka07 maintainers"
-copyright = "the aiokafka07 maintainers, Apache-2.0"  # noqa: A001 (Sphinx's name)
+copyright = "the aiokafka07 maintainers, Apache-2.0"
 release = version = aiokafka07.__version__
 
 extensions = [

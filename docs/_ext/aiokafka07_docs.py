@@ -115,7 +115,7 @@ def _purge_doc(app: Sphinx, env: BuildEnvironment, docname: str) -> None:
 # -- locating Python names -----------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lookup(dotted: str) -> Any:
     """The object a dotted name names (importing modules on the way), or ``_MISSING``.
 
@@ -150,14 +150,12 @@ def lookup(dotted: str) -> Any:
     return obj
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _instance_attribute(cls: type, name: str) -> bool:
     """Whether ``name`` is an attribute the class's instances get (``self.name = ...``,
     a field, a slot), though the class itself has no such attribute."""
     for klass in cls.__mro__:
-        if name in getattr(klass, "__annotations__", {}) or name in getattr(
-            klass, "__slots__", ()
-        ):
+        if name in getattr(klass, "__annotations__", {}) or name in getattr(klass, "__slots__", ()):
             return True
         source = _source(klass.__module__)
         if f"self.{name} =" in source or f"self.{name}:" in source:
@@ -165,7 +163,7 @@ def _instance_attribute(cls: type, name: str) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _source(module_name: str) -> str:
     """The source of a module ('' when it has none, like a builtin)."""
     path = getattr(sys.modules.get(module_name), "__file__", None)
@@ -174,7 +172,7 @@ def _source(module_name: str) -> str:
     return Path(path).read_text()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _imports(module_name: str) -> dict[str, str]:
     """The names a module imports, type-checking-only imports included: local name →
     the dotted name it stands for."""
