@@ -51,8 +51,9 @@ autodoc_typehints = "signature"
 autodoc_typehints_format = "short"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_class_signature = "mixed"
-# The Spark data source imports PySpark; the reference builds without the spark extra.
-autodoc_mock_imports = ["pyspark", "pyarrow"]
+# The Spark data source imports PySpark and its companions; the reference builds without
+# the spark extra (the docs extra brings pytest, whose fixtures it documents).
+autodoc_mock_imports = ["pyspark", "pyarrow", "numpy", "pandas"]
 
 # -- HTML -------------------------------------------------------------------------------
 html_theme = "furo"

@@ -372,10 +372,17 @@ def _check_docstring(
         logger.warning("%s %s has no docstring", what, name)
 
 
+def _drop_object_base(app: Sphinx, name: str, obj: Any, options: Any, bases: list[type]) -> None:
+    """``Bases: object`` says nothing; other bases are worth showing."""
+    if object in bases:
+        bases.remove(object)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("cli-help", CliHelp)
     app.connect("env-purge-doc", _purge_doc)
     app.connect("missing-reference", _missing_reference)
     app.connect("env-check-consistency", _check_consistency)
     app.connect("autodoc-process-docstring", _check_docstring)
+    app.connect("autodoc-process-bases", _drop_object_base)
     return {"version": "1", "parallel_read_safe": False, "parallel_write_safe": True}
