@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "command_parser", "main", "top_parser"]
 
 #: Command name → (module, one-line help). Adding a command is adding a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -78,7 +78,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 PROG = "aiokafka07"
 
 
-def _top_parser() -> argparse.ArgumentParser:
+def top_parser() -> argparse.ArgumentParser:
+    """The parser of ``aiokafka07`` itself (its ``--help`` lists the commands)."""
     width = max(map(len, COMMANDS)) + 2
     listing = "\n".join(f"  {name:<{width}}{help_}" for name, (_, help_) in COMMANDS.items())
     parser = argparse.ArgumentParser(
@@ -135,8 +136,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Options before the command belong to aiokafka07 itself, the rest to the command.
     split = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), len(argv))
-    top = _top_parser().parse_args(argv[: split + 1])
+    top = top_parser().parse_args(argv[: split + 1])
     name: str = top.command
+    module: Any = importlib.import_module(COMMANDS[name][0])
+    parser = command_parser(name)
+    args = parser.parse_args(argv[split + 1 :])
+    args.debug = args.debug or top.debug
+    args.command = name
+    level = getattr(module, "LOG_LEVEL", logging.WARNING)
+    _configure_logging(name, args.debug, args.verbose, level)
+    return _run(name, module.run, args, parser)
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of ``aiokafka07 <name>`` as the command runs it: the options every
+    command has, then the command module's own. The documentation renders each
+    command's ``--help`` from here, so the two cannot drift apart."""
     module: Any = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=COMMANDS[name][1])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -144,12 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "-v", "--verbose", action="store_true", help="show the library's warnings (retries)"
     )
     module.configure(parser)
-    args = parser.parse_args(argv[split + 1 :])
-    args.debug = args.debug or top.debug
-    args.command = name
-    level = getattr(module, "LOG_LEVEL", logging.WARNING)
-    _configure_logging(name, args.debug, args.verbose, level)
-    return _run(name, module.run, args, parser)
+    return parser
 
 
 def _run(

@@ -228,3 +228,15 @@ async def test_without_brokers_a_confirmed_send_is_503(zookeeper: str) -> None:
         answer = await client.post(f"/topics/{TOPIC}?wait=1", data=b"v")
         assert answer.status == 503
         assert (await answer.json())["error"] == "NoBrokersError"
+
+
+async def test_without_brokers_a_queued_send_is_503_with_the_reason(zookeeper: str) -> None:
+    # A connect string whose chroot no broker registered in (the mistake that gave 500s).
+    app = app_module.make_app(zookeeper)
+    async with TestClient(TestServer(app)) as client:
+        answer = await client.post(f"/topics/{TOPIC}", data=b"v")
+        assert answer.status == 503
+        assert answer.headers["Retry-After"] == "1"
+        body = await answer.json()
+        assert body["error"] == "NoBrokersError"
+        assert "no live broker" in body["message"]

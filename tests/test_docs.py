@@ -1,0 +1,349 @@
+"""The documentation: the site builds with warnings as errors and documents every public
+name and every console tool; README stays a front page; the migration tables name only
+calls the code has, with those signatures; and the wheel carries the metadata a package
+index page shows.
+
+The site build is the one command README gives (``python -m sphinx -W ...``), into a
+temporary directory. With ``-W`` a warning fails it: a broken link or anchor, a docstring
+reference to a name that does not exist, a public name without a reference entry, a
+console tool without a page (``docs/_ext/aiokafka07_docs.py``). The code blocks of the
+pages run in ``tests/test_readme.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import email.parser
+import html
+import inspect
+import re
+import subprocess
+import sys
+import zipfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aiokafka07
+from aiokafka07 import cli
+from aiokafka07.group import Stream
+from aiokafka07.producer import BatchBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+# -- the site ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built as README says, fresh, into a temporary directory."""
+    out = tmp_path_factory.mktemp("site")
+    options = ["-W", "--keep-going", "-q", "-E", "-b", "html", "-d", str(out / "doctrees")]
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", *options, str(DOCS), str(out / "html")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    # -q leaves only warnings and errors: there must be none.
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == "", result.stderr
+    return out / "html"
+
+
+def inventory(site: Path) -> dict[str, str]:
+    """The site's objects.inv: documented name → its role (``py:class``, ...)."""
+    raw = (site / "objects.inv").read_bytes()
+    header_end = 0
+    for _ in range(4):
+        header_end = raw.index(b"\n", header_end) + 1
+    names = {}
+    for line in zlib.decompress(raw[header_end:]).decode().splitlines():
+        match = re.match(r"(\S+)\s+(\S+)\s+-?\d+\s+\S+", line)
+        if match:
+            names[match[1]] = match[2]
+    return names
+
+
+def test_site_builds_without_warnings(site: Path) -> None:
+    assert (site / "index.html").is_file()
+    assert (site / "reference" / "producer.html").is_file()
+
+
+def test_every_public_name_has_a_reference_entry(site: Path) -> None:
+    documented = inventory(site)
+    missing = []
+    for name in aiokafka07.__all__:
+        candidates = [f"aiokafka07.{name}", f"aiokafka07.errors.{name}"]
+        if not any(candidate in documented for candidate in candidates):
+            missing.append(name)
+    assert missing == []
+    # Including the methods of the main classes, not only the classes.
+    for method in ("Producer.send", "Consumer.getmany", "SimpleConsumer.fetch"):
+        assert documented[f"aiokafka07.{method}"] == "py:method"
+
+
+def test_each_console_tool_has_a_page_with_its_help(site: Path) -> None:
+    for command in cli.COMMANDS:
+        page = (site / "tools" / f"{command}.html").read_text()
+        usage = html.escape(f"usage: aiokafka07 {command}", quote=False)
+        assert usage in page, command
+    assert "usage: aiokafka07 [--debug] COMMAND" in (site / "tools" / "index.html").read_text()
+
+
+def test_readme_is_a_front_page() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    for target in re.findall(r"\]\(((?:docs/)[^)#]+)", readme):
+        assert (ROOT / target).is_file(), target
+
+
+def test_no_page_cites_a_file_the_repository_lacks() -> None:
+    for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        assert "DESIGN.md" not in page.read_text(), page
+
+
+# -- the migration tables ------------------------------------------------------------------
+
+#: What a table's right-hand column calls its objects (each page says so above its table).
+RECEIVERS: dict[str, type] = {
+    "producer": aiokafka07.Producer,
+    "consumer": aiokafka07.Consumer,
+    "simple": aiokafka07.SimpleConsumer,
+    "conn": aiokafka07.BrokerConnection,
+    "batch": BatchBuilder,
+    "stream": Stream,
+    "record": aiokafka07.ConsumerRecord,
+    "tp": aiokafka07.TopicPartition,
+    "handler": aiokafka07.KafkaHandler,
+}
+MIGRATION_PAGES = ["migration-java.md", "migration-aiokafka.md"]
+
+
+def aiokafka07_cells(page: Path) -> Iterator[tuple[int, str]]:
+    """(line, cell) of every table's aiokafka07 column."""
+    column = None
+    for number, line in enumerate(page.read_text().splitlines(), start=1):
+        if not line.startswith("|"):
+            column = None
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if column is None:
+            column = next(i for i, c in enumerate(cells) if c.startswith("aiokafka07"))
+        elif not set(line) <= set("|-: "):
+            yield number, cells[column]
+
+
+def resolve_name(name: str) -> Any:
+    """A name the tables use bare (``Consumer``, an error class), or None."""
+    for namespace in (aiokafka07, aiokafka07.errors, aiokafka07.group):
+        if hasattr(namespace, name):
+            return getattr(namespace, name)
+    return None
+
+
+def dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def has_attribute(cls: type, name: str) -> bool:
+    """A class attribute, a field, or an attribute ``__init__`` sets."""
+    if hasattr(cls, name) or name in getattr(cls, "__annotations__", {}):
+        return True
+    return any(
+        re.search(rf"\bself\.{name}\b\s*[:=]", inspect.getsource(klass))
+        for klass in cls.__mro__
+        if klass.__module__.startswith("aiokafka07")
+    )
+
+
+class TableChecker(ast.NodeVisitor):
+    """Every call and attribute of a code span, against the code."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.errors: list[str] = []
+        self.checked = 0
+        self.awaited: set[int] = set()
+
+    def visit_Await(self, node: ast.Await) -> None:
+        self.awaited.add(id(node.value))
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        target = self.callable_of(node.func)
+        if target is not None:
+            function, bound = target
+            self.check_call(node, function, bound)
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        name = dotted(node)
+        if name is not None and name.startswith("aiokafka07."):
+            self.checked += 1
+            self.resolve(name)
+            return  # its parts are prefixes of the name just checked
+        if isinstance(node.value, ast.Name) and node.value.id in RECEIVERS:
+            cls = RECEIVERS[node.value.id]
+            self.checked += 1
+            if not has_attribute(cls, node.attr):
+                self.errors.append(f"{self.where}: {cls.__name__} has no {node.attr!r}")
+        self.generic_visit(node)
+
+    def callable_of(self, func: ast.expr) -> tuple[Any, bool] | None:
+        """The function a call calls, and whether it is called on an instance."""
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            cls = RECEIVERS.get(func.value.id)
+            if cls is not None:
+                if not hasattr(cls, func.attr):
+                    return None  # reported by visit_Attribute
+                return getattr(cls, func.attr), True
+        name = dotted(func)
+        if name is None or not (name[0].isupper() or name.startswith("aiokafka07.")):
+            return None  # a placeholder of the table (``choose(key, n)``)
+        obj = self.resolve(name)
+        return None if obj is None else (obj, False)
+
+    def resolve(self, name: str) -> Any:
+        """A library name (``Consumer``, ``BrokerConnection.open``, ``aiokafka07.x.y``),
+        or None after reporting that it does not exist."""
+        head, *rest = name.split(".")
+        obj = aiokafka07 if head == "aiokafka07" else resolve_name(head)
+        for part in rest:
+            if obj is None or not hasattr(obj, part):
+                obj = None
+                break
+            obj = getattr(obj, part)
+        if obj is None:
+            self.errors.append(f"{self.where}: {name} does not exist")
+        return obj
+
+    def check_call(self, node: ast.Call, function: Any, bound: bool) -> None:
+        self.checked += 1
+        name = getattr(function, "__qualname__", repr(function))
+        signature = inspect.signature(function)
+        if bound:
+            signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+        starred = any(isinstance(a, ast.Starred) for a in node.args)
+        keywords = {k.arg: None for k in node.keywords if k.arg is not None}
+        positional = [None] * sum(not isinstance(a, ast.Starred) for a in node.args)
+        try:
+            if starred:
+                signature.bind_partial(**keywords)
+            else:
+                signature.bind(*positional, **keywords)
+        except TypeError as exc:
+            self.errors.append(f"{self.where}: {name}{signature}: {exc}")
+        if bound:
+            awaited = id(node) in self.awaited
+            if inspect.iscoroutinefunction(function) and not awaited:
+                self.errors.append(f"{self.where}: {name} is a coroutine: await it")
+            if awaited and not inspect.iscoroutinefunction(function):
+                self.errors.append(f"{self.where}: {name} is not a coroutine function")
+
+
+def check_table_cell(where: str, cell: str) -> TableChecker:
+    checker = TableChecker(where)
+    for span in re.findall(r"`([^`]+)`", cell):
+        code = span.replace("…", "...").replace("\\|", "|")
+        try:
+            tree = ast.parse("async def _():\n    " + code)
+        except SyntaxError:
+            # Not code: a value (`"smallest"`), a name (`aiokafka07 <command>`), a path.
+            assert "(" not in code or code.startswith("aiokafka07 "), f"{where}: {span}"
+            continue
+        checker.visit(tree)
+    return checker
+
+
+@pytest.mark.parametrize("page", MIGRATION_PAGES)
+def test_migration_tables_match_the_signatures(page: str) -> None:
+    path = DOCS / "operations" / page
+    errors, checked = [], 0
+    for line, cell in aiokafka07_cells(path):
+        checker = check_table_cell(f"{page}:{line}", cell)
+        errors += checker.errors
+        checked += checker.checked
+    assert errors == []
+    assert checked >= 40  # the tables are read: most cells name calls
+
+
+@pytest.mark.parametrize(
+    ("cell", "error"),
+    [
+        ("`await consumer.commit(partitions=None)`", "unexpected keyword argument 'partitions'"),
+        ("`consumer.seek_to_end(*tps)`", "is a coroutine: await it"),
+        ("`await consumer.seek(tp, 0)`", "is not a coroutine function"),
+        ("`await simple.fetch(t, p)`", "missing a required argument"),
+        ("`consumer.nothing_like_this`", "has no 'nothing_like_this'"),
+        ("`aiokafka07.NoSuchName`", "aiokafka07.NoSuchName does not exist"),
+        ("`await NoSuchClass.open(x)`", "NoSuchClass.open does not exist"),
+        ("`Consumer(topic, group=g, zookeeper=z, bootstrap_servers=b)`", "bootstrap_servers"),
+    ],
+)
+def test_the_table_check_catches_a_stale_row(cell: str, error: str) -> None:
+    checker = check_table_cell("row", cell)
+    assert checker.errors, cell
+    assert error in checker.errors[0]
+
+
+# -- package metadata ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def metadata(tmp_path_factory: pytest.TempPathFactory) -> email.message.Message:
+    """The METADATA of a wheel built from this checkout, as an index reads it."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (wheel,) = out.glob("aiokafka07-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.parser.Parser().parsestr(archive.read(name).decode())
+
+
+def test_wheel_metadata_has_urls_classifiers_and_keywords(
+    metadata: email.message.Message,
+) -> None:
+    urls = dict(entry.split(", ", 1) for entry in metadata.get_all("Project-URL"))
+    assert set(urls) == {"Documentation", "Source", "Changelog", "Issues"}
+    for url in urls.values():
+        # Relative to the repository: each names a file or folder of it.
+        assert (ROOT / url.partition("#")[0]).exists(), url
+
+    classifiers = metadata.get_all("Classifier")
+    minimum = re.fullmatch(r">=3\.(\d+)", metadata["Requires-Python"])
+    assert minimum is not None
+    versions = sorted(
+        int(c.rpartition(".")[2])
+        for c in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    )
+    assert versions[0] == int(minimum[1])
+    assert versions == list(range(versions[0], versions[-1] + 1))
+    for prefix in ("Development Status :: ", "Operating System :: ", "Topic :: "):
+        assert any(c.startswith(prefix) for c in classifiers), prefix
+    assert "kafka" in metadata["Keywords"].split(",")
+    assert metadata["Author"] or metadata["Author-email"]
+    assert metadata["Maintainer"] or metadata["Maintainer-email"]
+    # The docs extra, which the test extra includes, so the suite builds the site.
+    assert "docs" in metadata.get_all("Provides-Extra")
+    requirements = metadata.get_all("Requires-Dist")
+    assert any(r.startswith("sphinx") and 'extra == "docs"' in r for r in requirements)
+    assert any("aiokafka07[docs]" in r and 'extra == "test"' in r for r in requirements)
