@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "command_parser", "main"]
 
 #: Command name → (module, one-line help). Adding a command is adding a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -130,13 +130,9 @@ def _configure_logging(command: str, debug: bool, verbose: bool, level: int) -> 
         logging.getLogger("aiozk").setLevel(logging.CRITICAL)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console tools; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # Options before the command belong to aiokafka07 itself, the rest to the command.
-    split = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), len(argv))
-    top = _top_parser().parse_args(argv[: split + 1])
-    name: str = top.command
+def command_parser(name: str) -> tuple[Any, argparse.ArgumentParser]:
+    """The module implementing command ``name`` and its argument parser, as the
+    dispatcher builds it (the command's own arguments plus ``--debug`` and ``--verbose``)."""
     module: Any = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=COMMANDS[name][1])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -144,7 +140,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "-v", "--verbose", action="store_true", help="show the library's warnings (retries)"
     )
     module.configure(parser)
-    args = parser.parse_args(argv[split + 1 :])
+    return module, parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console tools; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Options before the command belong to aiokafka07 itself, the rest to the command.
+    split = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), len(argv))
+    top = _top_parser().parse_args(argv[: split + 1])
+    name: str = top.command
+    module, parser = command_parser(name)
+    # Intermixed: positionals may follow options (``produce TOPIC --zookeeper ZK FILE``);
+    # plain parse_args would give the optional FILE to nobody and refuse it.
+    args = parser.parse_intermixed_args(argv[split + 1 :])
     args.debug = args.debug or top.debug
     args.command = name
     level = getattr(module, "LOG_LEVEL", logging.WARNING)

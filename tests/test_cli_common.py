@@ -3,18 +3,21 @@ processes. Also the helpers the other ``test_cli_*`` modules share."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import os
 import re
 import signal
 import socket
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from aiokafka07.cli import COMMANDS
+from aiokafka07.cli import COMMANDS, command_parser
 
 #: Short ZooKeeper connect timeout for unreachable-server cases (seconds).
 ZK_TIMEOUT = "0.5"
@@ -93,6 +96,49 @@ async def test_help_lists_every_command_and_each_command_has_help() -> None:
     for name, (code, out, err) in zip(COMMANDS, results, strict=True):
         assert code == 0, err
         assert out.decode().startswith(f"usage: aiokafka07 {name}"), out
+        # README: every command's help ends with its exit statuses.
+        assert re.search(r"^exit status:\n(  \d+ +\S.*\n)+\Z", out.decode(), re.M), (name, out)
+
+
+def _statuses_returned(module: object) -> set[int]:
+    """The exit statuses a command's ``run`` returns, read from its source: int literals
+    and module-level int constants in its own return statements (both branches of a
+    conditional expression; nested functions are not ``run``'s returns)."""
+    function = ast.parse(textwrap.dedent(inspect.getsource(module.run))).body[0]  # type: ignore[attr-defined]
+    constants = vars(module)
+
+    def values(node: ast.expr) -> set[int]:
+        if isinstance(node, ast.IfExp):
+            return values(node.body) | values(node.orelse)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return {node.value}
+        if isinstance(node, ast.Name) and type(constants.get(node.id)) is int:
+            return {constants[node.id]}
+        raise AssertionError(f"{module.__name__}.run returns {ast.unparse(node)}: not a status")  # type: ignore[attr-defined]
+
+    found: set[int] = set()
+    todo: list[ast.AST] = list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            found |= values(node.value)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_help_lists_exactly_the_exit_statuses_its_command_has(name: str) -> None:
+    """The section cannot drift: it lists what ``run`` returns, plus the dispatcher's own
+    1 (an error), 2 (bad arguments) and 130 (Ctrl-C), and nothing else."""
+    module, parser = command_parser(name)
+    epilog = parser.epilog or ""
+    assert epilog.startswith("exit status:\n"), f"{name}: no exit status section"
+    listed = {int(code) for code in re.findall(r"^  (\d+) ", epilog, re.MULTILINE)}
+    returned = _statuses_returned(module)
+    assert 0 in returned, name
+    assert listed == returned | {1, 2, 130}, name
 
 
 async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path) -> None:
