@@ -55,7 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "-z",
         "--zookeeper",
         required=True,
-        metavar="HOST:PORT[,...][/CHROOT]",
+        metavar="HOST[:PORT][,...][/CHROOT]",
         help="ZooKeeper of the cluster to read from",
     )
     parser.add_argument(
