@@ -56,9 +56,9 @@ class Terminal:
             self._loop.remove_reader(self.master)
         self._changed.set()
 
-    def started(self) -> None:
-        """The tool has its copy of the slave end: ours closes, so the master reads EOF
-        once the tool exits."""
+    def close_slave(self) -> None:
+        """Close our copy of the slave end (the tool has its own): the master reads EOF
+        once every writer is gone."""
         os.close(self.slave)
 
     def type(self, data: bytes) -> None:
@@ -126,7 +126,7 @@ async def test_typing_into_produce_draws_no_bar_over_the_typed_line(
             "--brokers", cluster.broker_list,
             stdin=terminal.slave, stdout=terminal.slave, stderr=terminal.slave,
         )  # fmt: skip
-        terminal.started()
+        terminal.close_slave()
         await terminal.expect(re.compile(rb"type messages for typed, one per line"))
         terminal.type(b"hello world\n")
         terminal.type(b"\x04")  # Ctrl-D at the start of a line: the end of the input
@@ -154,7 +154,7 @@ async def test_the_progress_bar_counts_whole_messages(cluster: KafkaCluster) -> 
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
             stderr=terminal.slave,
         )  # fmt: skip
-        terminal.started()
+        terminal.close_slave()
         assert process.stdin is not None
         process.stdin.write(b"a\nb\nc\n")
         await process.stdin.drain()
