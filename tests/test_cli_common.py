@@ -157,6 +157,8 @@ async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path)
         fails("groups", "describe", *zk, status=2),  # no group
         fails("mirror", "t", "--source-zookeeper", "127.0.0.1:2181", status=2),  # no target
         fails("consume", status=2),  # nothing at all
+        fails("simple-consumer-perf", "--server", "kafka://127.0.0.1:1", "--topic", "t",
+              "--partition", "-1", status=2),  # fmt: skip
         # Everything else: one line, 1.
         fails("import-offsets", "g", str(tmp_path / "missing.json"), *zk),
         fails("dump-log", str(tmp_path / "missing")),
@@ -172,10 +174,11 @@ async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path)
     assert "describe needs a GROUP" in errors[6]
     assert "give --target-zookeeper or --target-brokers" in errors[7]
     assert "give --zookeeper (or --brokers for --simple)" in errors[8]
-    assert all(error.startswith("usage: aiokafka07 ") for error in errors[:9])
-    assert "No such file or directory" in errors[9]
-    assert "no such file or directory" in errors[10]
-    assert "bad/topic" in errors[11]
+    assert "--partition -1 is not a partition number" in errors[9]
+    assert all(error.startswith("usage: aiokafka07 ") for error in errors[:10])
+    assert "No such file or directory" in errors[10]
+    assert "no such file or directory" in errors[11]
+    assert "bad/topic" in errors[12]
 
 
 async def test_unreachable_servers_fail_fast_with_one_line(tmp_path: Path) -> None:
