@@ -146,6 +146,7 @@ async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path)
     assert code == 2
     assert "invalid choice: 'no-such-command'" in err
     zk = ["--zookeeper", "127.0.0.1:2181"]
+    perf = ["simple-consumer-perf", "--server", "kafka://127.0.0.1:1", "--topic", "t"]
     checks = [
         # Bad arguments, whether argparse or the command finds them: usage, one error, 2.
         fails("produce", status=2),  # no topic
@@ -157,8 +158,7 @@ async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path)
         fails("groups", "describe", *zk, status=2),  # no group
         fails("mirror", "t", "--source-zookeeper", "127.0.0.1:2181", status=2),  # no target
         fails("consume", status=2),  # nothing at all
-        fails("simple-consumer-perf", "--server", "kafka://127.0.0.1:1", "--topic", "t",
-              "--partition", "-1", status=2),  # fmt: skip
+        fails(*perf, "--partition", "-1", status=2),
         # Everything else: one line, 1.
         fails("import-offsets", "g", str(tmp_path / "missing.json"), *zk),
         fails("dump-log", str(tmp_path / "missing")),

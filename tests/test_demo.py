@@ -39,7 +39,7 @@ def demo(*args: str) -> tuple[list[str], str]:
 
 @pytest.mark.usefixtures("zookeeper_installed")
 def test_demo_pipeline_counts_agree_on_every_path() -> None:
-    pytest.importorskip("pyspark")
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     lines, err = demo("--messages", "20000", "--members", "2")
     # Nothing but the report: no Spark banner or WARN lines, no progress bars (not a
     # terminal here), nothing on stderr.
@@ -224,7 +224,7 @@ async def test_one_ctrl_c_during_produce_stops_everything_with_one_line() -> Non
 
 @pytest.mark.usefixtures("zookeeper_installed")
 async def test_one_ctrl_c_during_spark_stops_everything_with_one_line() -> None:
-    pytest.importorskip("pyspark")
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     status, out, err, seconds = await ctrl_c_during(
         "(local Spark started", "--messages", "100000", "--members", "2"
     )

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-pytest.importorskip("pyspark")
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 from pyspark.sql import DataFrame, SparkSession
 
