@@ -140,7 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     name: str = top.command
     module: Any = importlib.import_module(COMMANDS[name][0])
     parser = command_parser(name)
-    args = parser.parse_args(argv[split + 1 :])
+    # Intermixed: positionals may follow options (``produce TOPIC --zookeeper ZK FILE``);
+    # plain parse_args would give the optional FILE to nobody and refuse it.
+    args = parser.parse_intermixed_args(argv[split + 1 :])
     args.debug = args.debug or top.debug
     args.command = name
     level = getattr(module, "LOG_LEVEL", logging.WARNING)

@@ -52,10 +52,11 @@ from .testing.local import LocalCluster, local_cluster
 from .tools.common import (
     describe_exit_status,
     in_daemon_thread,
+    positive_int,
     require_zookeeper,
     stop_acknowledged,
 )
-from .tools.progress import Counter, LiveCount
+from .tools.progress import Counter, Elapsed, LiveCount
 
 __all__ = ["configure", "run"]
 
@@ -65,6 +66,9 @@ log = logging.getLogger("aiokafka07.demo")
 
 TOPIC = "pageviews"
 COUNTS_TOPIC = "pageview-counts"
+#: The consumer groups of the report: the live one, and the Spark stream's.
+LIVE_GROUP = "pageview-counter"
+SPARK_GROUP = "spark-pageviews"
 CODECS = ("none", "gzip", "snappy")
 #: Bound on one Spark clean-up step (cancelling jobs, stopping the session).
 SPARK_STOP_TIMEOUT = 10.0
@@ -75,10 +79,10 @@ Counts = dict[str, int]
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (__doc__ or "").split("\n\n")[0]
     parser.add_argument(
-        "--messages", type=int, default=1_000_000, help="page views to produce (default 1M)"
+        "--messages", type=positive_int, default=1_000_000, help="page views to produce (1M)"
     )
-    parser.add_argument("--partitions", type=int, default=4, help="partitions per broker")
-    parser.add_argument("--members", type=int, default=3, help="consumer group members")
+    parser.add_argument("--partitions", type=positive_int, default=4, help="partitions per broker")
+    parser.add_argument("--members", type=positive_int, default=3, help="consumer group members")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark stages")
     parser.add_argument("--static", action="store_true", help="no ZooKeeper: a static broker list")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
@@ -218,7 +222,7 @@ async def count_with_group(
     consumers = [
         Consumer(
             TOPIC,
-            group="pageview-counter",
+            group=LIVE_GROUP,
             zookeeper=cluster.zookeeper,
             auto_offset_reset="smallest",
         )
@@ -301,15 +305,18 @@ async def count_with_simple_consumers(
 
 
 @contextlib.asynccontextmanager
-async def spark_session(log_file: Path) -> AsyncIterator[Any]:
+async def spark_session(log_file: Path, live: bool) -> AsyncIterator[Any]:
     """A local Spark session (2 cores) whose output goes to ``log_file``; stopped on exit,
-    its running jobs and streaming queries first, each step bounded."""
+    its running jobs and streaming queries first, each step bounded. Its start (half a
+    minute or more) is announced, and on a terminal its time counts up meanwhile."""
     from .spark import local_session
 
     started = time.perf_counter()
-    spark = await in_daemon_thread(
-        functools.partial(local_session, 2, "aiokafka07-demo", log_file=log_file)
-    )
+    print("  starting local Spark (its JVM; half a minute or more) ...", flush=True)
+    async with Elapsed("  starting Spark", enabled=live):
+        spark = await in_daemon_thread(
+            functools.partial(local_session, 2, "aiokafka07-demo", log_file=log_file)
+        )
     print(f"  (local Spark started in {time.perf_counter() - started:.1f} s)", flush=True)
     try:
         yield spark
@@ -414,7 +421,7 @@ async def spark_stages(
             .option("maxBytesPerTrigger", str(max(1 << 20, total_bytes // 4)))
         )
         if cluster.zookeeper is not None:
-            stream = stream.option("group", "spark-pageviews")
+            stream = stream.option("group", SPARK_GROUP)
         return (
             stream.load()
             .select(page)
@@ -536,22 +543,22 @@ def _spark_missing() -> str | None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    if args.messages < 1 or args.partitions < 1 or args.members < 1:
-        raise ValueError("--messages, --partitions and --members must be positive")
     if not args.static:
         await require_zookeeper(
             "demo",
             "the consumer group and its offsets live in ZooKeeper; --static runs without it",
         )
-    spark_missing = None if args.no_spark else _spark_missing()
+    spark = not args.no_spark
+    spark_missing = _spark_missing() if spark else None
     if spark_missing is not None:
         print(f"{spark_missing}. Spark stages skipped.", flush=True)
+        spark = False
     live = sys.stderr.isatty()
     report = Report()
     root = Path(tempfile.mkdtemp(prefix="aiokafka07-demo-"))
     started = time.perf_counter()
     try:
-        agree = await _pipeline(args, root, report, live, spark=spark_missing is None)
+        agree = await _pipeline(args, root, report, live, spark=spark)
     except _Interrupted:
         # Everything was stopped on the way out; this is the one line about it.
         data = f"data kept in {root}" if args.keep else f"{root} removed"
@@ -614,7 +621,9 @@ async def _pipeline(
                 report.counts["simple consumers (live)"] = live_counts
             if spark:
                 report.current = "Spark's start"
-                session = await resources.enter_async_context(spark_session(root / "spark.log"))
+                session = await resources.enter_async_context(
+                    spark_session(root / "spark.log", live)
+                )
                 await spark_stages(
                     session, cluster, args.partitions, total_bytes, args.messages, report, live
                 )
@@ -623,7 +632,10 @@ async def _pipeline(
             ends = await log_ends(cluster, args.partitions)
             offsets: dict[str, dict[str, int]] = {}
             if cluster.zookeeper is not None:
-                offsets = await group_offsets(cluster, ("pageview-counter", "spark-pageviews"))
+                # Only the groups that ran: a Spark group never started has no offsets,
+                # and its "lag" would be the whole topic.
+                groups = (LIVE_GROUP, SPARK_GROUP) if spark else (LIVE_GROUP,)
+                offsets = await group_offsets(cluster, groups)
         except asyncio.CancelledError:
             # Ctrl-C / SIGTERM: acknowledged here, so that stopping Spark and the cluster
             # on the way out runs (with its own time bounds) as any clean-up does.

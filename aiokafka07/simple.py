@@ -181,6 +181,12 @@ class SimpleConsumer:
         validate_topic(topic)
         return list(await self._call(lambda c: c.offsets(topic, partition, time, max_offsets)))
 
+    def _name(self, partition: int) -> int | str:
+        """A partition as errors name it: ``<broker>-<partition>`` (the project's name of
+        a 0.7 partition) when the broker id is known, else its bare number."""
+        broker_id = self.address.broker_id
+        return partition if broker_id is None else f"{broker_id}-{partition}"
+
     def _result(
         self, topic: str, partition: int, offset: int, response: FetchResponse
     ) -> FetchResult:
@@ -199,7 +205,7 @@ class SimpleConsumer:
             )
         except ProtocolError as exc:
             # Named at the bad entry's own offset (its position counts from ``offset``).
-            where = f"{topic}/{partition} at offset {offset + (exc.position or 0)}"
+            where = f"{topic}/{self._name(partition)} at offset {offset + (exc.position or 0)}"
             over = isinstance(exc, CompressionError) and exc.limit is not None
             hint = " (max_decompressed_bytes)" if over else ""
             exc.args = (f"{where}: {exc}{hint}",)
@@ -233,7 +239,7 @@ class SimpleConsumer:
         validate_topic(topic)
         sizer = FetchSizer(
             topic,
-            partition,
+            self._name(partition),
             fetch_size or self.fetch_size,
             max(self.max_fetch_size, fetch_size or 0),
         )

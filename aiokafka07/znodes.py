@@ -367,9 +367,31 @@ async def topic_exists(zookeeper: ZooKeeper, topic: str) -> bool:
 
 
 async def register_broker(zookeeper: ZooKeeper, broker_id: int, host: str, port: int) -> str:
-    """Create ``/brokers/ids/<id>`` (ephemeral, expecting conflict); return its value."""
+    """Create ``/brokers/ids/<id>`` (ephemeral, expecting conflict); return its value.
+
+    When another registration holds the id, the :class:`ZNodeConflictError` names its
+    holder and the two ways out: it is a running broker (stop it, or choose another id),
+    or the registration of a process that died, which ZooKeeper removes when that
+    process's session expires.
+    """
     value = format_broker_registration(host, port)
-    await zookeeper.create_ephemeral(broker_path(broker_id), value)
+    path = broker_path(broker_id)
+    try:
+        await zookeeper.create_ephemeral(path, value)
+    except ZNodeConflictError as exc:
+        try:
+            holder = "a broker at {}:{}".format(*parse_broker_registration(exc.existing))
+        except ZooKeeperError:
+            holder = f"something else ({exc.existing!r})"
+        raise ZNodeConflictError(
+            f"broker id {broker_id} is taken: {path} is the registration of {holder}. If "
+            f"that broker is running, stop it or give this one another id (brokerid, "
+            f"--broker-id); if its process died, ZooKeeper removes the registration once "
+            f"its session expires (zk.sessiontimeout.ms, 6000 ms by default): start again "
+            f"then",
+            path=path,
+            existing=exc.existing,
+        ) from None
     return value
 
 

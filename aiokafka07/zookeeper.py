@@ -34,7 +34,7 @@ from aiozk.states import States
 from .errors import ZNodeConflictError, ZooKeeperError
 from .supervisor import CrashPolicy, Supervisor, mark_retrieved
 
-__all__ = ["ZooKeeper", "parse_connect_string"]
+__all__ = ["DEFAULT_PORT", "ZooKeeper", "parse_connect_string", "parse_server"]
 
 log = logging.getLogger("aiokafka07.zookeeper")
 
@@ -58,18 +58,51 @@ _CHILD_WATCH_EVENTS = (
 )
 
 
+#: ZooKeeper's client port, where a server given without one listens (as in Java's
+#: ZooKeeper client and 0.7.2's zk.connect).
+DEFAULT_PORT = 2181
+
+
+def parse_server(server: str) -> tuple[str, int]:
+    """``(host, port)`` of one server of a connect string: ``host``, ``host:port``,
+    ``[v6]`` or ``[v6]:port``; without a port, :data:`DEFAULT_PORT`."""
+    text = server.strip()
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        colon, port = rest[:1], rest[1:]
+        if not bracket or not host or (rest and (colon != ":" or not port)):
+            raise ValueError(f"ZooKeeper server {server!r} is not host[:port]")
+    elif text.count(":") > 1:  # a bare IPv6 address (its port cannot be told apart)
+        host, port = text, ""
+    else:
+        host, _, port = text.partition(":")
+        if not host or (":" in text and not port):
+            raise ValueError(f"ZooKeeper server {server!r} is not host[:port]")
+    if not port:
+        return host, DEFAULT_PORT
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"ZooKeeper server {server!r}: the port is not 1-65535")
+    return host, int(port)
+
+
 def parse_connect_string(connect: str) -> tuple[str, str | None]:
-    """Split ``host1:port1,host2:port2/chroot`` into the server list and the chroot."""
+    """Split ``host1:port1,host2:port2/chroot`` into the server list and the chroot.
+
+    The one parser of connect strings: a server without a port gets
+    :data:`DEFAULT_PORT`, and the list returned names every port
+    (``"localhost/x"`` → ``("localhost:2181", "/x")``).
+    """
     connect = connect.strip()
     if not connect:
         raise ValueError("empty ZooKeeper connect string")
     servers, slash, chroot = connect.partition("/")
     if not servers:
         raise ValueError(f"ZooKeeper connect string {connect!r} names no server")
+    listed = []
     for server in servers.split(","):
-        host, colon, port = server.rpartition(":")
-        if not colon or not host or not port.isdigit():
-            raise ValueError(f"ZooKeeper server {server!r} is not host:port")
+        host, port = parse_server(server)
+        listed.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    servers = ",".join(listed)
     if not slash or not chroot.strip("/"):
         return servers, None
     return servers, "/" + chroot.strip("/")

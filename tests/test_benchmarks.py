@@ -128,7 +128,7 @@ def test_group_benchmark_reports_cpu_ratios_memory_and_rebalances() -> None:
 
 def test_spark_benchmark_reports_local_standalone_and_split_reads() -> None:
     """Also starts and stops a Spark standalone cluster (a master and 2 workers)."""
-    pytest.importorskip("pyspark")
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     figures = run_json(
         "bench_spark.py", "--messages", "20000", "--partitions", "2", "--reps", "1",
         "--split-messages", "20000",

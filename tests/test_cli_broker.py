@@ -6,11 +6,13 @@ import asyncio
 import re
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from aiokafka07.protocol import encode_message_set, encode_produce_request
+from aiokafka07.testing import KafkaCluster
 from aiokafka07.zookeeper import ZooKeeper
 
 from .test_broker import fetch_values
@@ -113,6 +115,27 @@ async def test_a_port_in_use_is_one_error_line(tmp_path: Path) -> None:
         assert "address already in use" in text
     finally:
         await finish(proc, signal.SIGTERM)
+
+
+async def test_a_taken_broker_id_names_its_holder_and_what_to_do(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str, tmp_path: Path
+) -> None:
+    async with kafka_cluster(1) as cluster:
+        holder = cluster.broker(0)
+        text = await run_failing(
+            "--zookeeper", zookeeper, "--broker-id", "0", "--port", "0", "--log-dir",
+            str(tmp_path),
+        )  # fmt: skip
+    line = text.splitlines()[-1]
+    assert line.startswith(
+        "aiokafka07 broker: error: broker id 0 is taken: /brokers/ids/0 is the registration "
+        f"of a broker at {holder.host}:{holder.port}. "
+    ), line
+    assert "If that broker is running, stop it or give this one another id" in line
+    assert "--broker-id" in line
+    assert (
+        "if its process died, ZooKeeper removes the registration once its session expires" in line
+    )
 
 
 def test_keys_a_0_7_2_broker_accepts_without_reading_are_ignored(

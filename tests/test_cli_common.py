@@ -3,18 +3,22 @@ processes. Also the helpers the other ``test_cli_*`` modules share."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib
+import inspect
 import os
 import re
 import signal
 import socket
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from aiokafka07.cli import COMMANDS
+from aiokafka07.cli import COMMANDS, command_parser
 
 #: Short ZooKeeper connect timeout for unreachable-server cases (seconds).
 ZK_TIMEOUT = "0.5"
@@ -93,6 +97,50 @@ async def test_help_lists_every_command_and_each_command_has_help() -> None:
     for name, (code, out, err) in zip(COMMANDS, results, strict=True):
         assert code == 0, err
         assert out.decode().startswith(f"usage: aiokafka07 {name}"), out
+        # README: every command's help ends with its exit statuses.
+        assert re.search(r"^exit status:\n(  \d+ +\S.*\n)+\Z", out.decode(), re.M), (name, out)
+
+
+def _statuses_returned(module: object) -> set[int]:
+    """The exit statuses a command's ``run`` returns, read from its source: int literals
+    and module-level int constants in its own return statements (both branches of a
+    conditional expression; nested functions are not ``run``'s returns)."""
+    function = ast.parse(textwrap.dedent(inspect.getsource(module.run))).body[0]  # type: ignore[attr-defined]
+    constants = vars(module)
+
+    def values(node: ast.expr) -> set[int]:
+        if isinstance(node, ast.IfExp):
+            return values(node.body) | values(node.orelse)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return {node.value}
+        if isinstance(node, ast.Name) and type(constants.get(node.id)) is int:
+            return {constants[node.id]}
+        raise AssertionError(f"{module.__name__}.run returns {ast.unparse(node)}: not a status")  # type: ignore[attr-defined]
+
+    found: set[int] = set()
+    todo: list[ast.AST] = list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            found |= values(node.value)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_help_lists_exactly_the_exit_statuses_its_command_has(name: str) -> None:
+    """The section cannot drift: it lists what ``run`` returns, plus the dispatcher's own
+    1 (an error), 2 (bad arguments) and 130 (Ctrl-C), and nothing else."""
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = command_parser(name)
+    epilog = parser.epilog or ""
+    assert epilog.startswith("exit status:\n"), f"{name}: no exit status section"
+    listed = {int(code) for code in re.findall(r"^  (\d+) ", epilog, re.MULTILINE)}
+    returned = _statuses_returned(module)
+    assert 0 in returned, name
+    assert listed == returned | {1, 2, 130}, name
 
 
 async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path) -> None:
@@ -100,6 +148,7 @@ async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path)
     assert code == 2
     assert "invalid choice: 'no-such-command'" in err
     zk = ["--zookeeper", "127.0.0.1:2181"]
+    perf = ["simple-consumer-perf", "--server", "kafka://127.0.0.1:1", "--topic", "t"]
     checks = [
         # Bad arguments, whether argparse or the command finds them: usage, one error, 2.
         fails("produce", status=2),  # no topic
@@ -111,6 +160,7 @@ async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path)
         fails("groups", "describe", *zk, status=2),  # no group
         fails("mirror", "t", "--source-zookeeper", "127.0.0.1:2181", status=2),  # no target
         fails("consume", status=2),  # nothing at all
+        fails(*perf, "--partition", "-1", status=2),
         # Everything else: one line, 1.
         fails("import-offsets", "g", str(tmp_path / "missing.json"), *zk),
         fails("dump-log", str(tmp_path / "missing")),
@@ -126,10 +176,11 @@ async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path)
     assert "describe needs a GROUP" in errors[6]
     assert "give --target-zookeeper or --target-brokers" in errors[7]
     assert "give --zookeeper (or --brokers for --simple)" in errors[8]
-    assert all(error.startswith("usage: aiokafka07 ") for error in errors[:9])
-    assert "No such file or directory" in errors[9]
-    assert "no such file or directory" in errors[10]
-    assert "bad/topic" in errors[11]
+    assert "--partition -1 is not a partition number" in errors[9]
+    assert all(error.startswith("usage: aiokafka07 ") for error in errors[:10])
+    assert "No such file or directory" in errors[10]
+    assert "no such file or directory" in errors[11]
+    assert "bad/topic" in errors[12]
 
 
 async def test_unreachable_servers_fail_fast_with_one_line(tmp_path: Path) -> None:

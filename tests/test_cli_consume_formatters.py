@@ -70,21 +70,22 @@ async def test_checksum_formatter_prints_the_stored_crcs(
         out = await ok(*consume, "--formatter", "kafka.consumer.ChecksumMessageFormatter",
                        "--property", "topic=sums", "-q")  # fmt: skip
         assert out.decode().splitlines() == [f"sums-checksum:{crc}" for crc in crcs]
-        errors = [
-            await fails(*consume, "-f", "raw", "--property", "topic=x"),
-            await fails(*consume, "-f", "checksum", "--property", "colour=red"),
-            await fails(*consume, "-f", "nonsense"),
-            await fails(*consume, "-f", "checksum", "--property", "novalue"),
-            await fails(*consume, "-f", "no_such_module_here:make"),
+        errors = [  # bad arguments: usage, one error line, status 2
+            await fails(*consume, "-f", "raw", "--property", "topic=x", status=2),
+            await fails(*consume, "-f", "checksum", "--property", "colour=red", status=2),
+            await fails(*consume, "-f", "nonsense", status=2),
+            await fails(*consume, "-f", "checksum", "--property", "novalue", status=2),
         ]
-        assert errors[0].endswith("formatter raw takes no --property (got ['topic'])")
-        assert errors[1].endswith("formatter checksum takes --property topic, not colour")
+        assert errors[0].endswith("formatter raw takes no --property (got ['topic'])\n")
+        assert errors[1].endswith("formatter checksum takes --property topic, not colour\n")
         assert (
             "unknown formatter 'nonsense': use raw, json, hex, length-prefixed, checksum"
             in (errors[2])
         )
-        assert errors[3].endswith("--property 'novalue' is not KEY=VALUE")
-        assert "cannot import no_such_module_here" in errors[4]
+        assert errors[3].endswith("--property 'novalue' is not KEY=VALUE\n")
+        # A formatter that does not import is an error of the installation: status 1.
+        error = await fails(*consume, "-f", "no_such_module_here:make")
+        assert "cannot import no_such_module_here" in error
 
 
 @pytest.fixture

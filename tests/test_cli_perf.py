@@ -102,10 +102,10 @@ async def test_producer_perf_sends_what_it_reports(
         check_summary(out.decode().splitlines()[1], 300, 300 * 64, mb_decimals=4)
 
         error = await fails("producer-perf", "--topic", "x", "--messages", "1", "--zookeeper",
-                            zookeeper, "--brokers", cluster.broker_list)  # fmt: skip
+                            zookeeper, "--brokers", cluster.broker_list, status=2)  # fmt: skip
         assert "give --brokerinfo or --brokers or --zookeeper (one of them)" in error
         error = await fails("producer-perf", "--topic", "x", "--messages", "1", "--brokerinfo",
-                            "zk=nowhere")  # fmt: skip
+                            "zk=nowhere", status=2)  # fmt: skip
         assert "is neither zk.connect=HOST:PORT nor broker.list" in error
         usage = await fails("producer-perf", "--topic", "x", "--zookeeper", zookeeper, status=2)
         assert "the following arguments are required: --messages" in usage
@@ -263,7 +263,8 @@ async def test_replay_log_copies_a_topic_once(
         assert len(some) == 50
         assert total == sum(len(value_of(r)) + ENTRY_HEADER for r in some)
         assert collections.Counter(value_of(r).decode() for r in some) <= collections.Counter(lines)
-        error = await fails("replay-log", *zk, "--inputtopic", "in", "--outputtopic", "in")
+        error = await fails("replay-log", *zk, "--inputtopic", "in", "--outputtopic", "in",
+                            status=2)  # fmt: skip
         assert "--outputtopic is --inputtopic on the same cluster" in error
         error = await fails("replay-log", *zk, "--inputtopic", "nothing", "--outputtopic", "o")
         assert error.endswith("topic nothing has no partitions registered in ZooKeeper")

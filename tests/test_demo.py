@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from aiokafka07.tools.progress import Elapsed
+
+from .test_cli_edges import Terminal
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,7 +39,7 @@ def demo(*args: str) -> tuple[list[str], str]:
 
 @pytest.mark.usefixtures("zookeeper_installed")
 def test_demo_pipeline_counts_agree_on_every_path() -> None:
-    pytest.importorskip("pyspark")
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     lines, err = demo("--messages", "20000", "--members", "2")
     # Nothing but the report: no Spark banner or WARN lines, no progress bars (not a
     # terminal here), nothing on stderr.
@@ -43,6 +47,9 @@ def test_demo_pipeline_counts_agree_on_every_path() -> None:
     text = "\n".join(lines)
     assert "WARN" not in text
     assert "log level" not in text
+    # Spark's start (half a minute or more) is announced before it begins.
+    starting = lines.index("  starting local Spark (its JVM; half a minute or more) ...")
+    assert lines[starting + 1].startswith("  (local Spark started in ")
     for path in ("consumer group (live)", "spark batch", "spark streaming", "read back from"):
         assert re.search(rf"{re.escape(path)}.* 20,000 views  ok", text), path
     assert re.search(r"consumer group, 2 members: 20,000 in", text)
@@ -62,7 +69,45 @@ def test_demo_static_mode_without_spark() -> None:
     text = "\n".join(lines)
     assert "static broker list" in text
     assert re.search(r"simple consumers \(live\).* 5,000 views  ok", text)
+    assert "spark" not in text.lower()  # --no-spark: not started, not needed installed
     assert lines[-1].startswith("all paths agree")
+
+
+@pytest.mark.usefixtures("zookeeper_installed")
+def test_demo_without_spark_reports_only_the_group_that_ran() -> None:
+    lines, err = demo("--messages", "3000", "--members", "2", "--no-spark")
+    assert err == ""
+    text = "\n".join(lines)
+    assert "group pageview-counter: offsets in ZooKeeper, lag 0 bytes" in text
+    assert "spark" not in text.lower()  # no group spark-pageviews "lagging" by everything
+    assert lines[-1].startswith("all paths agree")
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "many"])
+def test_demo_bad_numbers_are_bad_arguments(value: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "aiokafka07", "demo", "--messages", value],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("usage: aiokafka07 demo")
+    assert "argument --messages: " in result.stderr.splitlines()[-1]
+
+
+async def test_a_wait_without_a_count_shows_its_time_on_a_terminal() -> None:
+    """What the demo shows on a terminal while Spark starts: a line counting the seconds,
+    removed when the wait ends."""
+    terminal = Terminal()
+    try:
+        with os.fdopen(terminal.slave, "w", closefd=False) as stream:
+            async with Elapsed("  starting Spark", enabled=True, interval=0.1, stream=stream):
+                await terminal.expect(re.compile(rb"  starting Spark: 00:00"))
+                await terminal.expect(re.compile(rb"  starting Spark: 00:01"))  # counting
+        terminal.close_slave()  # the slave end closed: the output ends
+        shown = await terminal.until_closed()
+    finally:
+        terminal.close()
+    assert shown.endswith("\r")  # and removed: the cursor back at the start of the line
 
 
 # -- a machine without ZooKeeper -----------------------------------------------------------
@@ -179,7 +224,7 @@ async def test_one_ctrl_c_during_produce_stops_everything_with_one_line() -> Non
 
 @pytest.mark.usefixtures("zookeeper_installed")
 async def test_one_ctrl_c_during_spark_stops_everything_with_one_line() -> None:
-    pytest.importorskip("pyspark")
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     status, out, err, seconds = await ctrl_c_during(
         "(local Spark started", "--messages", "100000", "--members", "2"
     )

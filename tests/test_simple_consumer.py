@@ -130,7 +130,7 @@ async def test_fetch_returns_records_and_the_next_offset(cluster: KafkaCluster) 
         with pytest.raises(InvalidMessageSizeError) as too_small:
             await consumer.fetch("fx", 1, offsets[0], 10)
         assert too_small.value.size == 6 + 40
-        assert f"fx/1 at offset {offsets[0]}" in str(too_small.value)
+        assert f"fx/0-1 at offset {offsets[0]}" in str(too_small.value)  # broker-partition
 
         assert (await consumer.fetch("nothing", 0, 0)).messages == []
         assert (await consumer.fetch("fx", 1, 0, 0)).next_offset == 0

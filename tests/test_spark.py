@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-pytest.importorskip("pyspark")
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -206,7 +206,7 @@ async def test_corrupt_data_inside_a_wrapper_fails_the_task_with_the_typed_error
     async with kafka_cluster(1, num_partitions=1) as cluster:
         await produce(zookeeper, "wrapped", INNER_PARTIAL_SET, "none", [(0, 0)], batch_size=3)
         at = write_inner_partial_wrapper(cluster.broker(0).config.log_dir, "wrapped")
-        with pytest.raises(Exception, match=rf"wrapped/0 at offset {at}: in the compressed"):
+        with pytest.raises(Exception, match=rf"wrapped/0-0 at offset {at}: in the compressed"):
             await rows(await load(spark, zookeeper, topic="wrapped"))
 
 
@@ -241,6 +241,35 @@ async def test_bad_options_fail_load_and_save_naming_the_option(
         await spark_call(
             frame.write.format("kafka07").option("zookeeper", zookeeper).mode("append").save
         )
+    # Spark's Kafka sink writes headers; 0.7 has none: refused, not dropped.
+    frame = spark.createDataFrame(
+        [("v", [("h", b"1")])], "value string, headers array<struct<key:string,value:binary>>"
+    )
+    with pytest.raises(Exception, match=r"column 'headers': Kafka 0\.7 messages have no headers"):
+        await spark_call(
+            frame.write.format("kafka07")
+            .option("zookeeper", zookeeper)
+            .option("topic", "t")
+            .mode("append")
+            .save
+        )
+
+
+async def test_a_batch_only_option_stops_a_stream_with_its_own_error(
+    spark: SparkSession, zookeeper: str, tmp_path: Path
+) -> None:
+    """``endingOffsets`` on a stream: Spark's load() does not say it reads a stream, so
+    the query's start refuses it, with the option's error alone (PySpark's own
+    UnboundLocalError followed it)."""
+    options = {"topic": "t", "endingOffsets": "latest"}
+
+    def run_stream() -> None:
+        query = start_stream(spark, zookeeper, tmp_path / "cp", tmp_path / "sink", options)
+        query.awaitTermination(60)  # raises what stopped the query
+
+    with pytest.raises(Exception, match="'endingOffsets' applies to batch reads only") as info:
+        await spark_call(run_stream)
+    assert "UnboundLocalError" not in str(info.value)
 
 
 async def test_planning_names_what_the_cluster_does_not_have(
@@ -351,6 +380,20 @@ async def test_topic_and_partition_columns_route_rows(
         )
         assert sorted(r[4] for r in await log_contents(cluster, "left")) == [b"1", b"3"]
         assert [r[4] for r in await log_contents(cluster, "right")] == [b"2"]
+        # A kafka07 read written back with the 'topic' option: the option overrides the
+        # rows' topic column (Spark's Kafka sink does the same), placements are kept.
+        read = await load(spark, zookeeper, topic="left")
+        await spark_call(
+            read.write.format("kafka07")
+            .option("zookeeper", zookeeper)
+            .option("topic", "copy")
+            .mode("append")
+            .save
+        )
+        left = await log_contents(cluster, "left")
+        assert sorted(r[4] for r in left) == [b"1", b"3"]  # nothing written back there
+        copy = await log_contents(cluster, "copy")
+        assert sorted((r[1], r[2], r[4]) for r in copy) == sorted((r[1], r[2], r[4]) for r in left)
         # Explicit placement: "<broker>-<partition>", or broker_id and partition ints
         # (as a kafka07 read returns them); a null partition leaves it to the key.
         placed = spark.createDataFrame(

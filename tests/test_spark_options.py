@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("pyspark")
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pyarrow")
 
 import itertools

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pyspark")
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pyarrow")
 
 import numpy as np

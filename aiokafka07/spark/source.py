@@ -8,7 +8,11 @@ When each mistake surfaces (Spark decides when it calls the source):
   the rest against the cluster: an unreachable ZooKeeper or broker, an unknown topic or
   broker-partition, an offset outside the log or not on a message boundary, a user-given
   schema with a column the source does not have. A streaming query does the same when it
-  starts and reports it through ``awaitTermination()`` / ``exception()``.
+  starts and reports it through ``awaitTermination()`` / ``exception()``; so do options
+  only a batch read takes (``endingOffsets``): Spark's ``load()`` does not tell the
+  source whether it reads a stream (the same calls, the same options), so an option
+  that fits one kind of read and not the other can only be refused once the read
+  starts.
 * ``save()`` checks the write options, the DataFrame's columns and that the cluster
   answers; a streaming write does it when the query starts.
 """
@@ -18,9 +22,9 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from .options import ReadOptions, WriteOptions
+from .options import OptionError, ReadOptions, WriteOptions
 from .reader import SCHEMA_DDL, BatchReader, reader_for
-from .stream import StreamReader
+from .stream import RefusedStream, StreamReader
 from .writer import BatchWriter, StreamWriter
 
 __all__ = ["Kafka07DataSource"]
@@ -46,8 +50,12 @@ class Kafka07DataSource(DataSource):
     def reader(self, schema: StructType) -> BatchReader:
         return reader_for(ReadOptions.parse(self.options, streaming=False), schema)
 
-    def streamReader(self, schema: StructType) -> StreamReader:
-        return StreamReader(ReadOptions.parse(self.options, streaming=True), schema)
+    def streamReader(self, schema: StructType) -> StreamReader | RefusedStream:
+        try:
+            options = ReadOptions.parse(self.options, streaming=True)
+        except OptionError as exc:  # raised by the stream's first call (see RefusedStream)
+            return RefusedStream(exc)
+        return StreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         return BatchWriter(WriteOptions.parse(self.options), schema)

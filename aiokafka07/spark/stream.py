@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -52,7 +52,7 @@ except ImportError:  # pragma: no cover - older PySpark
         """Stand-in base class where PySpark has no AvailableNow support."""
 
 
-__all__ = ["StreamReader", "allot"]
+__all__ = ["RefusedStream", "StreamReader", "allot"]
 
 log = logging.getLogger("aiokafka07.spark")
 
@@ -315,3 +315,46 @@ class StreamReader(SupportsTriggerAvailableNow, DataSourceStreamReader):
 
     def stop(self) -> None:
         """Nothing of its own to release: sessions and pools belong to the process."""
+
+
+class RefusedStream(SupportsTriggerAvailableNow, DataSourceStreamReader):
+    """A stream whose options were refused: every call raises ``error``.
+
+    Spark starts a stream reader in a runner that calls ``stop()`` on it in a ``finally``;
+    a reader that could not be made leaves that name unbound, so the option's error was
+    followed by PySpark's own ``UnboundLocalError``. This reader is made, and its first
+    call (the query's start) raises the option's error alone.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def _refuse(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> Offsets:
+        self._refuse()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._refuse()
+
+    def getDefaultReadLimit(self) -> Any:
+        self._refuse()
+
+    def latestOffset(self, start: Offsets | None = None, limit: Any = None) -> Offsets:
+        self._refuse()
+
+    def reportLatestOffset(self) -> Offsets:
+        self._refuse()
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[OffsetRange]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._refuse()
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing was read: nothing to commit."""
+
+    def stop(self) -> None:
+        """Nothing was opened: nothing to close."""

@@ -2,12 +2,14 @@
 
 Rows carry ``value`` (binary or string), optionally ``key`` (string, binary, integer
 or boolean: Java-compatible partitioning, as the Producer does), optionally ``topic``
-(else the ``topic`` option) and optionally ``partition`` for explicit placement: a
+(used where the ``topic`` option is not set: the option overrides the column, as in
+Spark's Kafka sink) and optionally ``partition`` for explicit placement: a
 ``"<broker>-<partition>"`` string, or an integer with a ``broker_id`` column (a 0.7
 partition lives on one broker); a null ``partition`` leaves the choice to the key. The
 cluster is checked when the write is planned, on the driver: an unreachable ZooKeeper or
 broker fails ``save()`` (or the streaming query's start) at once, not every task after
-its retries. The task's producer shares the process's cluster
+its retries. A ``headers`` column is refused: 0.7 messages have none, and dropping it
+silently would lose data. The task's producer shares the process's cluster
 view and connections, batches and compresses as configured and, in confirm mode, knows
 every message was processed before the task reports success. A message that cannot be
 delivered fails the task (and so the job, once Spark's retries are spent): never a
@@ -83,11 +85,17 @@ def check_schema(schema: StructType, options: WriteOptions) -> None:
             f"column 'key' has type {key.simpleString()}; use string, binary, int, long or "
             "boolean (Java-compatible hashing)"
         )
+    if "headers" in fields:
+        raise OptionError(
+            "column 'headers': Kafka 0.7 messages have no headers, and writing without "
+            "them would lose them silently; drop the column to write the rest"
+        )
     topic = fields.get("topic")
-    if topic is not None and not isinstance(topic, StringType):
-        raise OptionError(f"column 'topic' must be a string, not {topic.simpleString()}")
-    if topic is None and options.topic is None:
-        raise OptionError("set the option 'topic' or give the DataFrame a 'topic' column")
+    if options.topic is None:  # else the option overrides the column, as in Spark's sink
+        if topic is None:
+            raise OptionError("set the option 'topic' or give the DataFrame a 'topic' column")
+        if not isinstance(topic, StringType):
+            raise OptionError(f"column 'topic' must be a string, not {topic.simpleString()}")
     partition = fields.get("partition")
     broker = fields.get("broker_id")
     if partition is None:
@@ -222,7 +230,8 @@ class _Writer:
                 values = _column(batch, "value")
                 assert values is not None
                 keys = _column(batch, "key")
-                topics = _column(batch, "topic")
+                # The topic option overrides the column (the column is not even read).
+                topics = _column(batch, "topic") if options.topic is None else None
                 runtime.run(send(producer, values, keys, topics, _placements(batch)))
                 report.messages += len(values)
                 report.bytes += sum(map(len, values))

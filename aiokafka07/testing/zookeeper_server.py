@@ -38,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ..validation import check_ms
+from ..zookeeper import parse_connect_string, parse_server
 
 __all__ = [
     "ZooKeeperNotInstalled",
@@ -611,12 +612,8 @@ _MAX_FRAME = 1 << 20
 
 
 def _first_server(connect_string: str) -> tuple[str, int]:
-    server = connect_string.split("/", 1)[0].split(",")[0].strip()
-    if server.startswith("["):  # [ipv6]:port
-        host, _, rest = server[1:].partition("]")
-        return host, int(rest.lstrip(":") or 2181)
-    host, sep, port = server.rpartition(":")
-    return (host, int(port)) if sep else (server, 2181)
+    servers, _ = parse_connect_string(connect_string)
+    return parse_server(servers.split(",")[0])
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:

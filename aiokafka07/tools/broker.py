@@ -17,7 +17,14 @@ from pathlib import Path
 
 from ..broker import Broker, BrokerConfig
 from ..broker.config import parse_properties
-from .common import ChunkReader, UsageError, parse_settings, stop_acknowledged
+from .common import (
+    SECOND_CTRL_C,
+    ChunkReader,
+    UsageError,
+    describe_exit_status,
+    parse_settings,
+    stop_acknowledged,
+)
 
 LOG_LEVEL = logging.INFO
 
@@ -35,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hostname", help="address to bind and register (default 127.0.0.1)")
     parser.add_argument("--log-dir", type=Path, help="log.dir: where partition logs live")
-    parser.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="zk.connect")
+    parser.add_argument("--zookeeper", metavar="HOST[:PORT][/CHROOT]", help="zk.connect")
     parser.add_argument(
         "--no-zookeeper", action="store_true", help="run standalone (enable.zookeeper=false)"
     )
@@ -52,6 +59,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also stop cleanly when standard input closes (for a supervising process that "
         "holds the other end of a pipe: the broker then stops with it)",
+    )
+    describe_exit_status(
+        parser,
+        {
+            0: "stopped by Ctrl-C or SIGTERM (or the end of stdin with --stop-on-stdin-close): "
+            "logs flushed, registration removed",
+            1: "an error, reported in one line (the port in use, the broker id registered "
+            "by another broker, ZooKeeper unreachable)",
+            130: SECOND_CTRL_C,
+        },
     )
 
 

@@ -27,7 +27,9 @@ from ..testing.local import PROMPT_FLUSH, local_cluster
 from ..testing.process import BrokerStartError
 from ..testing.zookeeper_server import ZooKeeperStartError
 from .common import (
+    SECOND_CTRL_C,
     CommandError,
+    describe_exit_status,
     parse_settings,
     positive_int,
     require_zookeeper,
@@ -82,13 +84,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a server.properties key for every broker (repeatable)",
     )
 
-    parser.epilog = (
-        "exit status:\n"
-        "  0    stopped by Ctrl-C or SIGTERM, the normal end\n"
-        "  1    an error, reported in one line (a port in use, a broker or ZooKeeper died)\n"
-        "  2    bad arguments"
+    describe_exit_status(
+        parser,
+        {
+            0: "stopped by Ctrl-C or SIGTERM, the normal end",
+            1: "an error, reported in one line (a port in use, a broker or ZooKeeper died)",
+            130: SECOND_CTRL_C,
+        },
     )
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 @contextlib.asynccontextmanager

@@ -31,6 +31,7 @@ from .progress import Progress, human_bytes, plural, rate
 T = TypeVar("T")
 
 __all__ = [
+    "SECOND_CTRL_C",
     "ChunkReader",
     "CommandError",
     "Output",
@@ -142,8 +143,8 @@ def add_cluster_options(parser: argparse.ArgumentParser, *, brokers: bool = True
     group.add_argument(
         "-z",
         "--zookeeper",
-        metavar="HOST:PORT[,...][/CHROOT]",
-        help="ZooKeeper of the cluster (0.7.2 zk.connect)",
+        metavar="HOST[:PORT][,...][/CHROOT]",
+        help="ZooKeeper of the cluster (0.7.2 zk.connect; port 2181 when none is given)",
     )
     if brokers:
         group.add_argument(
@@ -457,9 +458,15 @@ def add_progress_option(parser: argparse.ArgumentParser | argparse._ArgumentGrou
     )
 
 
+#: Status 130 of a command that stops cleanly on Ctrl-C (its normal end, exit 0): only a
+#: second Ctrl-C, which the dispatcher obeys at once, ends it with 130.
+SECOND_CTRL_C = "a second Ctrl-C during the clean-up, which exits at once (143: SIGTERM)"
+
+
 def describe_exit_status(parser: argparse.ArgumentParser, statuses: dict[int, str]) -> None:
     """End ``--help`` with the command's exit statuses (1 and 2 are the dispatcher's:
-    errors and bad arguments; 130 is an interruption by Ctrl-C)."""
+    errors and bad arguments; 130 is an interruption by Ctrl-C). Every command has this
+    section; ``tests/test_cli_common.py`` checks it lists the statuses ``run`` returns."""
     statuses = {
         1: "an error, reported in one line",
         2: "bad arguments",

@@ -47,12 +47,14 @@ from ..simple import SimpleConsumer
 from ..znodes import GroupRegistry
 from ..zookeeper import ZooKeeper
 from .common import (
+    SECOND_CTRL_C,
     CommandError,
     Output,
     Progress,
     UsageError,
     add_cluster_options,
     delete_tree,
+    describe_exit_status,
     fresh_group,
     parse_broker_partitions,
     parse_brokers,
@@ -203,6 +205,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--progress", action="store_true", help="report progress on stderr every second"
     )
     where.add_argument("-q", "--quiet", action="store_true", help="no summary at the end")
+    describe_exit_status(
+        parser,
+        {
+            0: "the end: --max-messages, --timeout-ms, stdout closed (| head), or Ctrl-C / "
+            "SIGTERM; a group member committed what it printed and left the group",
+            130: SECOND_CTRL_C,
+        },
+    )
 
 
 async def run(args: argparse.Namespace) -> int:

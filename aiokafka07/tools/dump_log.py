@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from ..errors import ProtocolError
 from ..protocol import Compression, crc32, decode_message_set
+from .common import describe_exit_status
 
 #: A declared entry size beyond this is taken for corruption (0.7 messages are bounded by
 #: max.message.size, 1 MB by default): the file is not read into memory for it.
@@ -55,6 +56,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON lines")
     parser.add_argument(
         "--summary-only", action="store_true", help="print only the per-segment summaries"
+    )
+    describe_exit_status(
+        parser,
+        {0: "every file was read; corruption found is in the report, not the status"},
     )
 
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..group import GroupRegistry
-from .common import CommandError, add_cluster_options, zookeeper_session
+from .common import CommandError, add_cluster_options, describe_exit_status, zookeeper_session
 from .offset_files import Offsets, to_json, to_zk_lines
 
 
@@ -30,6 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="json",
         help="json (default) or zk: 0.7.2 ExportZkOffsets lines <znode path>:<offset>",
     )
+    describe_exit_status(parser, {0: "the offsets were written"})
 
 
 async def run(args: argparse.Namespace) -> int:

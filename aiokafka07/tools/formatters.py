@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from ..protocol import crc32
 from ..records import ConsumerRecord
-from .common import CommandError
+from .common import CommandError, UsageError
 
 __all__ = ["Formatted", "Formatter", "MessageFormatter", "build_formatter", "parse_properties"]
 
@@ -49,7 +49,7 @@ def parse_properties(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         key, equals, value = item.partition("=")
         if not equals or not key.strip():
-            raise CommandError(f"--property {item!r} is not KEY=VALUE")
+            raise UsageError(f"--property {item!r} is not KEY=VALUE")
         properties[key.strip()] = value
     return properties
 
@@ -79,13 +79,13 @@ def build_formatter(
     name = JAVA_NAMES.get(spec, spec)
     if name in plain:
         if properties:
-            raise CommandError(f"formatter {name} takes no --property (got {sorted(properties)})")
+            raise UsageError(f"formatter {name} takes no --property (got {sorted(properties)})")
         return plain[name]
     if name in _CONFIGURABLE:
         factory, accepted = _CONFIGURABLE[name]
         unknown = sorted(set(properties) - accepted)
         if unknown:
-            raise CommandError(
+            raise UsageError(
                 f"formatter {name} takes --property {', '.join(sorted(accepted))}, "
                 f"not {', '.join(unknown)}"
             )
@@ -93,7 +93,7 @@ def build_formatter(
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name or not attribute:
         choices = ", ".join([*plain, *_CONFIGURABLE])
-        raise CommandError(f"unknown formatter {spec!r}: use {choices}, or MODULE:FACTORY")
+        raise UsageError(f"unknown formatter {spec!r}: use {choices}, or MODULE:FACTORY")
     return _custom(spec, module_name, attribute, dict(properties))
 
 

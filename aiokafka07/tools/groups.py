@@ -27,6 +27,7 @@ from .common import (
     CommandError,
     UsageError,
     add_cluster_options,
+    describe_exit_status,
     format_table,
     plural,
     read_brokers,
@@ -50,6 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--topic", action="append", default=[], help="describe only this topic (repeatable)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    describe_exit_status(parser, {0: "the groups, or the group described, were printed"})
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from ..znodes import GroupRegistry
 from .common import (
     ChunkReader,
     add_cluster_options,
+    describe_exit_status,
     format_table,
     refuse_live_members,
     zookeeper_session,
@@ -37,6 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--force", action="store_true", help="import even while the group has live members"
     )
     parser.add_argument("--dry-run", action="store_true", help="show the changes, write nothing")
+    describe_exit_status(parser, {0: "the offsets were set (or, with --dry-run, shown)"})
 
 
 async def run(args: argparse.Namespace) -> int:

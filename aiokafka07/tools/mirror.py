@@ -31,11 +31,13 @@ from ..group import Consumer
 from ..producer import Producer
 from ..records import TopicPartition
 from .common import (
+    SECOND_CTRL_C,
     CommandError,
     Progress,
     UsageError,
     add_progress_option,
     add_zk_timeout,
+    describe_exit_status,
     parse_brokers,
     positive_float,
     positive_int,
@@ -57,10 +59,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whitelist", metavar="REGEX", help="topics matching (0.7.2 syntax)")
     parser.add_argument("--blacklist", metavar="REGEX", help="topics not matching")
     parser.add_argument(
-        "--source-zookeeper", required=True, metavar="HOST:PORT[/CHROOT]", help="source cluster"
+        "--source-zookeeper", required=True, metavar="HOST[:PORT][/CHROOT]", help="source cluster"
     )
     target = parser.add_argument_group("target (one of)")
-    target.add_argument("--target-zookeeper", metavar="HOST:PORT[/CHROOT]")
+    target.add_argument("--target-zookeeper", metavar="HOST[:PORT][/CHROOT]")
     target.add_argument("--target-brokers", metavar="[ID:]HOST:PORT,...")
     add_zk_timeout(parser)
     parser.add_argument(
@@ -97,6 +99,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seconds between progress reports (1)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary at the end")
+    describe_exit_status(
+        parser,
+        {
+            0: "stopped by Ctrl-C or SIGTERM, the normal end: everything read was delivered "
+            "and its offsets committed",
+            1: "an error, reported in one line; offsets of what was not delivered are not "
+            "committed (the next run sends it again)",
+            130: SECOND_CTRL_C,
+        },
+    )
 
 
 class Mirror:

@@ -23,6 +23,7 @@ from .common import (
     CommandError,
     UsageError,
     add_cluster_options,
+    describe_exit_status,
     format_table,
     parse_broker_partitions,
     parse_brokers,
@@ -94,6 +95,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="only these partitions (with --brokers: default partition 0 of each broker)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    describe_exit_status(parser, {0: "the offsets were printed"})
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -25,7 +25,13 @@ from collections.abc import Callable, Sequence
 
 from ..cluster import Cluster, StaticCluster, ZooKeeperCluster
 from ..protocol import Compression
-from .common import CommandError, Progress, add_progress_option, parse_brokers, positive_int
+from .common import (
+    Progress,
+    UsageError,
+    add_progress_option,
+    parse_brokers,
+    positive_int,
+)
 
 __all__ = [
     "MIB",
@@ -323,7 +329,7 @@ def parse_brokerinfo(text: str) -> tuple[str | None, str | None]:
     key, equals, value = text.partition("=")
     key = key.strip()
     if not equals or not value.strip() or key not in ("zk.connect", "broker.list"):
-        raise CommandError(
+        raise UsageError(
             f"--brokerinfo {text!r} is neither zk.connect=HOST:PORT nor "
             "broker.list=ID:HOST:PORT,..."
         )
@@ -340,7 +346,7 @@ def brokerinfo_cluster(args: argparse.Namespace, *, source: str | None = None) -
         choices["--zookeeper"] = args.zookeeper
     given = [name for name, value in choices.items() if value]
     if len(given) != 1 and not (source and not given):
-        raise CommandError(f"give {' or '.join(choices)} (one of them)")
+        raise UsageError(f"give {' or '.join(choices)} (one of them)")
     zookeeper, brokers = source, args.brokers
     if args.brokerinfo:
         zookeeper, brokers = parse_brokerinfo(args.brokerinfo)

@@ -29,6 +29,7 @@ from .common import (
     Progress,
     UsageError,
     add_cluster_options,
+    describe_exit_status,
     parse_broker_partitions,
     parse_brokers,
     positive_int,
@@ -101,9 +102,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="report progress every second (default: when stderr is a terminal)",
+        help="report progress every second (default: when stderr is a terminal and the "
+        "input is not typed there)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary at the end")
+    describe_exit_status(
+        parser,
+        {
+            0: "every record was sent (delivery confirmed, unless --no-confirm)",
+            1: "an error, or messages not delivered, reported in one line",
+            130: "interrupted by Ctrl-C, after delivering what it had accepted (143: SIGTERM)",
+        },
+    )
 
 
 def parse_separator(text: str) -> bytes:
@@ -226,11 +236,24 @@ async def run(args: argparse.Namespace) -> int:
             linger_ms=args.linger_ms,
             max_message_size=args.max_message_size,
         )
-        progress = Progress("produced", enabled=args.progress)
+        # Typed at a terminal: no bar over the line being typed; the summary at the end
+        # (Ctrl-D) counts what was sent, and --progress reports in lines of their own.
+        typing = any(file.isatty() for _, file in sources)
+        enabled: bool | None = args.progress  # None: when stderr is a terminal
+        if enabled is None and typing:
+            enabled = False
+        progress = Progress("produced", enabled=enabled, bar=not typing)
         outcome = "failed"
         await cluster.start()
         try:
             await producer.start()
+            if typing and not args.quiet:
+                print(
+                    f"aiokafka07 produce: type messages for {args.topic}, one per line; "
+                    "Ctrl-D ends",
+                    file=sys.stderr,
+                    flush=True,
+                )
             async with progress:
                 for name, file in sources:
                     await _send(args, producer, name, file, separator, partition, progress)

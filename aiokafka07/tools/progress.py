@@ -10,6 +10,9 @@ that stops moving costs nothing else, and is never silent about why.
   consumed, mirrored) and gives the closing :meth:`Progress.summary` line.
 * :class:`LiveCount` polls a count (and a total, when known) from the work itself: the
   demo's stages, whose counters live in other tasks, threads or Spark.
+* :class:`Elapsed` shows how long a wait without a count has lasted (Spark's start).
+
+Counts are whole numbers, as exact as the summary line (``1234 msg``, never ``1.23k``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, TextIO
 
 from ..supervisor import CrashPolicy, Supervisor
 
-__all__ = ["Counter", "LiveCount", "Progress", "human_bytes", "plural", "rate"]
+__all__ = ["Counter", "Elapsed", "LiveCount", "Progress", "human_bytes", "plural", "rate"]
 
 log = logging.getLogger("aiokafka07.tools")
 
@@ -52,17 +55,18 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def _bar(desc: str, unit: str, stream: TextIO, *, unit_scale: bool = True) -> Any:
-    """A tqdm bar that leaves nothing behind when closed."""
+def _bar(desc: str, unit: str, stream: TextIO, *, bar_format: str | None = None) -> Any:
+    """A tqdm bar that leaves nothing behind when closed; counts as whole numbers."""
     from tqdm import tqdm  # imported only where a terminal shows it
 
     return tqdm(
         desc=desc,
         unit=f" {unit}",
-        unit_scale=unit_scale,
+        unit_scale=False,
         leave=False,
         file=stream,
         dynamic_ncols=True,
+        bar_format=bar_format,
     )
 
 
@@ -106,8 +110,9 @@ class Progress(_Shown):
 
     While ``enabled`` (by default: when ``stream``, stderr, is a terminal) the count is
     shown every ``interval`` seconds: a bar on a terminal, else one line each time.
-    ``detail`` adds a note (e.g. what a mirror is waiting for). :meth:`summary` is the
-    closing line.
+    ``bar=False`` asks for the lines on a terminal too (one where the user types: a bar
+    would be drawn over the line being typed). ``detail`` adds a note (e.g. what a mirror
+    is waiting for). :meth:`summary` is the closing line.
     """
 
     def __init__(
@@ -118,12 +123,13 @@ class Progress(_Shown):
         interval: float = 1.0,
         stream: TextIO | None = None,
         detail: Callable[[], str] | None = None,
+        bar: bool = True,
     ) -> None:
         self.verb = verb
         self.interval = interval
         self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.enabled = self.tty if enabled is None else enabled
+        self.tty = self.stream.isatty() and bar
+        self.enabled = self.stream.isatty() if enabled is None else enabled
         self.detail = detail
         self.messages = 0
         self.bytes = 0
@@ -205,9 +211,7 @@ class LiveCount(_Shown):
 
     async def __aenter__(self) -> LiveCount:
         if self.enabled:
-            # "1.00M msg", but "3 task" (not "3.00").
-            scale = self.unit != "task"
-            self._bar = _bar(f"  {self.name}", self.unit, self.stream, unit_scale=scale)
+            self._bar = _bar(f"  {self.name}", self.unit, self.stream)
             await self.refresh()
             self._refresher.start()
         return self
@@ -223,3 +227,27 @@ class LiveCount(_Shown):
         if total is not None and total != self._bar.total:
             self._bar.total = total
         self._bar.update(count - self._bar.n)
+
+
+class Elapsed(_Shown):
+    """``<name>: 00:12`` counting up on a terminal (``stream``, stderr) while a wait with
+    nothing to count lasts; nothing when ``enabled`` is false. Leaving the context removes
+    the line."""
+
+    def __init__(
+        self, name: str, *, enabled: bool, interval: float = 0.5, stream: TextIO | None = None
+    ) -> None:
+        self.name = name
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self._bar: Any = None
+        self._refresher = _Refresher(name, interval, self.refresh)
+
+    async def __aenter__(self) -> Elapsed:
+        if self.enabled:
+            self._bar = _bar(self.name, "s", self.stream, bar_format="{desc}: {elapsed}")
+            self._refresher.start()
+        return self
+
+    async def refresh(self) -> None:
+        self._bar.refresh()

@@ -34,6 +34,7 @@ from ..simple import SimpleConsumer
 from .common import (
     CommandError,
     Progress,
+    UsageError,
     add_progress_option,
     add_zk_timeout,
     describe_exit_status,
@@ -55,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "-z",
         "--zookeeper",
         required=True,
-        metavar="HOST:PORT[,...][/CHROOT]",
+        metavar="HOST[:PORT][,...][/CHROOT]",
         help="ZooKeeper of the cluster to read from",
     )
     parser.add_argument(
@@ -104,7 +105,7 @@ async def run(args: argparse.Namespace) -> int:
     validate_topic(args.inputtopic)
     validate_topic(args.outputtopic)
     if args.inputtopic == args.outputtopic and not (args.brokerinfo or args.brokers):
-        raise CommandError("--outputtopic is --inputtopic on the same cluster")
+        raise UsageError("--outputtopic is --inputtopic on the same cluster")
     target = brokerinfo_cluster(args, source=args.zookeeper)
     async with zookeeper_session(args) as zk:
         brokers = await read_brokers(zk)

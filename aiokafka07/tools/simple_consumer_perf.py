@@ -26,7 +26,7 @@ import time
 
 from ..protocol import EARLIEST, LATEST, validate_topic
 from ..simple import SimpleConsumer
-from .common import CommandError, describe_exit_status, stop_acknowledged
+from .common import UsageError, describe_exit_status, stop_acknowledged
 from .perf import Meter, add_fetch_size, add_perf_options, perf_progress
 
 HEADER = (
@@ -71,7 +71,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     validate_topic(args.topic)
     if args.partition < 0:
-        raise CommandError(f"--partition {args.partition} is not a partition number")
+        raise UsageError(f"--partition {args.partition} is not a partition number")
     host, port = args.server
     if not args.hide_header:
         print(DETAILED_HEADER if args.show_detailed_stats else HEADER, flush=True)
