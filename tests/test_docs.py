@@ -283,7 +283,7 @@ def test_migration_tables_match_the_signatures(page: str) -> None:
 @pytest.mark.parametrize(
     ("cell", "error"),
     [
-        ("`await consumer.commit(partitions=None)`", "unexpected keyword argument 'partitions'"),
+        ("`await consumer.commit(partition=None)`", "unexpected keyword argument 'partition'"),
         ("`consumer.seek_to_end(*tps)`", "is a coroutine: await it"),
         ("`await consumer.seek(tp, 0)`", "is not a coroutine function"),
         ("`await simple.fetch(t, p)`", "missing a required argument"),
