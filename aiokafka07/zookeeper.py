@@ -31,8 +31,9 @@ from aiozk import exc as zk_exc
 from aiozk import protocol
 from aiozk.states import States
 
-from .errors import ZNodeConflictError, ZooKeeperError
+from .errors import InvalidConfigError, ZNodeConflictError, ZooKeeperError
 from .supervisor import CrashPolicy, Supervisor, mark_retrieved
+from .validation import check_name
 
 __all__ = ["ZooKeeper", "parse_connect_string"]
 
@@ -59,20 +60,27 @@ _CHILD_WATCH_EVENTS = (
 
 
 def parse_connect_string(connect: str) -> tuple[str, str | None]:
-    """Split ``host1:port1,host2:port2/chroot`` into the server list and the chroot."""
+    """Split ``host1:port1,host2:port2/chroot`` into the server list and the chroot;
+    :class:`~aiokafka07.errors.InvalidConfigError` (a ``ValueError``) when it is not one
+    (a chroot such as ``/a//b`` or ``/a/../b`` is not a ZooKeeper path)."""
+    if not isinstance(connect, str):
+        raise InvalidConfigError(f"the ZooKeeper connect string must be a str, not {connect!r}")
     connect = connect.strip()
     if not connect:
-        raise ValueError("empty ZooKeeper connect string")
+        raise InvalidConfigError("empty ZooKeeper connect string")
     servers, slash, chroot = connect.partition("/")
     if not servers:
-        raise ValueError(f"ZooKeeper connect string {connect!r} names no server")
+        raise InvalidConfigError(f"ZooKeeper connect string {connect!r} names no server")
     for server in servers.split(","):
         host, colon, port = server.rpartition(":")
         if not colon or not host or not port.isdigit():
-            raise ValueError(f"ZooKeeper server {server!r} is not host:port")
+            raise InvalidConfigError(f"ZooKeeper server {server!r} is not host:port")
     if not slash or not chroot.strip("/"):
         return servers, None
-    return servers, "/" + chroot.strip("/")
+    chroot = chroot.strip("/")
+    for part in chroot.split("/"):
+        check_name(f"the chroot of ZooKeeper connect string {connect!r}: component", part)
+    return servers, "/" + chroot
 
 
 def _decode(data: Any) -> str | None:

@@ -41,7 +41,14 @@ from ..errors import (
 from ..pool import ConnectionPool
 from ..protocol import Compression, _accel, validate_topic
 from ..supervisor import Supervisor
-from ..validation import INT32_MAX, check_int, check_ms, check_number, check_optional_ms
+from ..validation import (
+    INT32_MAX,
+    check_callable,
+    check_int,
+    check_ms,
+    check_number,
+    check_optional_ms,
+)
 from .accumulator import Accumulator
 from .batch import Batch, BatchBuilder, Route, check_message_size, serialize
 from .encoding import MessageSetEncoder, topics_to_compress
@@ -52,11 +59,6 @@ from .sender import Sender, exc_closed
 __all__ = ["Producer"]
 
 log = logging.getLogger("aiokafka07.producer")
-
-
-def _check_callable(name: str, value: object) -> None:
-    if value is not None and not callable(value):
-        raise InvalidConfigError(f"{name} must be callable or None, not {value!r}")
 
 
 class Producer:
@@ -132,7 +134,7 @@ class Producer:
             ("key_serializer", key_serializer),
             ("partitioner", partitioner),
         ):
-            _check_callable(name, value)
+            check_callable(name, value)
         try:
             self.compression = Compression.parse(compression)
         except (TypeError, ValueError) as exc:
