@@ -10,12 +10,15 @@ when ZooKeeper returns, re-reading nothing but uncommitted work.
 from __future__ import annotations
 
 import asyncio
+import collections
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aiokafka07.errors import InvalidConfigError, InvalidTopicError
+from aiokafka07.group import assign_group
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.znodes import GroupRegistry
 from aiokafka07.zookeeper import ZooKeeper
@@ -24,8 +27,10 @@ from .groups import (
     TOPIC,
     TWO_BY_THREE,
     Collector,
+    delivered,
     leave,
     member,
+    owner_nodes,
     partitions_of,
     produce,
     running_cluster,
@@ -34,6 +39,7 @@ from .groups import (
     wait_registered,
 )
 from .test_cli_common import fails
+from .wire import eventually
 
 # -- names that become znode path components ---------------------------------------------------
 
@@ -94,3 +100,72 @@ async def test_the_tools_refuse_bad_topic_names(zookeeper: str, tmp_path: Path) 
     assert "topic '..' is a relative path component" in line
     line = await fails("groups", "describe", "a/b", "--zookeeper", zookeeper)
     assert "consumer group 'a/b' contains the illegal character '/'" in line
+
+
+# -- registrations no member can read ------------------------------------------------------------
+
+#: ``/consumers/g/ids`` children no member stands behind: null and empty data (what a
+#: consumer id with a "/" left: a persistent parent, here with its child), and values that
+#: are no 0.7.2 registration.
+UNUSABLE: dict[str, str | None] = {
+    "g_a": None,
+    "g_empty": "",
+    "g_garbage": "not a registration",
+    "g_no_streams": '{ "events": 0 }',
+}
+
+
+async def test_unusable_registrations_are_skipped_and_the_group_balances(
+    kafka_cluster: Any, zookeeper: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Written straight into ZooKeeper (persistent, so they never go away by themselves):
+    each member skips them with one warning each, and the range assignment is computed
+    over the readable members only, so the unusable entries get no partitions and the
+    members agree on everything else."""
+    caplog.set_level(logging.WARNING, logger="aiokafka07.group")
+    registrations = {TOPIC: TWO_BY_THREE}
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (_, producer, zk):
+        produced = await produce(producer, TOPIC, partitions_of(TWO_BY_THREE), 10, "u")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        await zk.ensure_path("/consumers/g/ids")
+        for name, value in UNUSABLE.items():
+            await zk.client.create(f"/consumers/g/ids/{name}", data=value)
+        await zk.client.create("/consumers/g/ids/g_a/b", data='{ "events": 1 }')
+
+        members = [member(zookeeper), member(zookeeper)]
+        collectors: list[Collector] = []
+        try:
+            for m in members:
+                await asyncio.wait_for(m.start(), 15)
+                collectors.append(Collector(m))
+            plan = assign_group({m.consumer_id: m.subscription for m in members}, registrations)
+            wanted = {
+                (TOPIC, name): thread for thread, names in plan[TOPIC].items() for name in names
+            }
+
+            async def balanced() -> bool:
+                if await owner_nodes(zk, "g", [TOPIC]) != wanted:
+                    return False
+                return all(
+                    {tp.name for tp in m.assignment()}
+                    == {name for (_, name), t in wanted.items() if t.startswith(m.consumer_id)}
+                    for m in members
+                )
+
+            await eventually(balanced, 15)
+            assert all(len(m.assignment()) == 3 for m in members)
+            await wait_delivered(collectors, produced)
+            more = await produce(producer, TOPIC, partitions_of(TWO_BY_THREE), 10, "v")
+            await wait_delivered(collectors, more)
+            assert delivered(collectors) == collections.Counter(produced + more)
+            assert sorted(await zk.get_children("/consumers/g/ids")) == sorted(
+                [*UNUSABLE, *(m.consumer_id for m in members)]
+            )
+        finally:
+            await leave(members, collectors)
+    skipped = [r.getMessage() for r in caplog.records if "skipping g_" in r.getMessage()]
+    for m in members:
+        mine = [text for text in skipped if text.startswith(m.consumer_id)]
+        # Once per unusable node and member, however many rebalances there were.
+        assert sorted(text.split()[2] for text in mine) == sorted(UNUSABLE), mine
+    assert any("empty consumer registration None" in text for text in skipped)

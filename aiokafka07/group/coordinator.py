@@ -21,6 +21,13 @@ delete its claim. Duplicates after an expiry are therefore only this member's ow
 uncommitted work.
 
 A listener that raises or hangs is logged (with its traceback) and the rebalance goes on.
+
+**Unusable registrations.** A child of ``/consumers/<group>/ids`` whose value is empty or
+no 0.7.2 registration (a node left by hand, or by an old client that created it before
+writing its value) is skipped with a warning: it stands for no thread ids, so the range
+assignment is computed over the readable members only, and gives it nothing. Every
+member skips it alike, so they all agree. (A Java 0.7.2 member fails its rebalance on
+such a node, and keeps failing until it is deleted.)
 """
 
 from __future__ import annotations
@@ -127,6 +134,8 @@ class Coordinator:
         # claimed it (revoked, or claimed by a failed attempt).
         self._pending_release: dict[TopicPartition, int] = {}
         self._members = 0
+        # Registrations skipped as unusable (member → value), each warned about once.
+        self._unusable: dict[str, str | None] = {}
 
     @property
     def group(self) -> str:
@@ -343,16 +352,14 @@ class Coordinator:
         # Each list is read once, leaving the watch whose firing starts the next rebalance.
         available = sorted(await self._watch(BROKER_TOPICS)) if subscription.is_wildcard else []
         my_topics = subscription.streams_per_topic(available)
-        members = {
-            member: Subscription.parse(value)
-            for member, value in (await self._watch_data(ids_path(self.group))).items()
-        }
-        if self.consumer_id not in members:
+        values = await self._watch_data(ids_path(self.group))
+        members = self._readable(values)
+        if self.consumer_id not in values:
             await self._forget_all("its registration was gone")
             await registry.register(
                 self.consumer_id, subscription.as_registration(), session=session
             )
-            members[self.consumer_id] = subscription
+        members[self.consumer_id] = subscription  # (what it registered)
         self._members = len(members)
         threads = group_threads(members, available or my_topics)
         brokers = await read_brokers(zk)
@@ -417,6 +424,29 @@ class Coordinator:
             )
         await self.fetchers.sync()
         return True
+
+    def _readable(self, registrations: Mapping[str, str | None]) -> dict[str, Subscription]:
+        """The subscriptions of the members whose registration is usable; the others
+        are skipped (see the module docstring), with a warning the first time."""
+        members: dict[str, Subscription] = {}
+        unusable: dict[str, str | None] = {}
+        for member, value in registrations.items():
+            try:
+                members[member] = Subscription.parse(value)
+            except ZooKeeperError as exc:
+                unusable[member] = value
+                known = member in self._unusable and self._unusable[member] == value
+                if member != self.consumer_id and not known:
+                    log.warning(
+                        "%s: skipping %s in group %s: %s; it is given no partitions (delete "
+                        "the node if no member stands behind it)",
+                        self.consumer_id,
+                        member,
+                        self.group,
+                        exc,
+                    )
+        self._unusable = unusable
+        return members
 
     async def _claim(
         self, wanted: Mapping[TopicPartition, str], added: set[TopicPartition], session: int
