@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from aiokafka07.errors import InvalidConfigError, InvalidTopicError
 from aiokafka07.group import assign_group
 from aiokafka07.group.consumer import Consumer
+from aiokafka07.records import TopicPartition
 from aiokafka07.znodes import GroupRegistry
 from aiokafka07.zookeeper import ZooKeeper
 
@@ -169,3 +171,87 @@ async def test_unusable_registrations_are_skipped_and_the_group_balances(
         # Once per unusable node and member, however many rebalances there were.
         assert sorted(text.split()[2] for text in mine) == sorted(UNUSABLE), mine
     assert any("empty consumer registration None" in text for text in skipped)
+
+
+# -- a rebalance listener that ignores its cancellation ------------------------------------------
+
+
+class SwallowingListener:
+    """``on_partitions_revoked`` hangs and catches the cancellation of its hang, then
+    waits again: until ``released`` (``forever``: it catches every cancellation)."""
+
+    def __init__(self, *, forever: bool) -> None:
+        self.forever = forever
+        self.released = asyncio.Event()
+        self.cancellations = 0
+        self.task: asyncio.Task[Any] | None = None
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.task = asyncio.current_task()
+        while True:
+            try:
+                await self.released.wait()
+                return
+            except asyncio.CancelledError:
+                self.cancellations += 1
+                if not self.forever and self.cancellations > 1:
+                    raise
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        return None
+
+
+@pytest.mark.parametrize("forever", [False, True], ids=["swallows-once", "swallows-always"])
+async def test_a_listener_that_swallows_cancellation_is_abandoned(
+    kafka_cluster: Any, zookeeper: str, caplog: pytest.LogCaptureFixture, forever: bool
+) -> None:
+    """The first member's revoke call is cancelled at its timeout (0.5 s), ignores it, and
+    is abandoned: the group balances with the second member at once and delivers
+    everything exactly once. ``close()`` cancels the call again and returns within its
+    bound; a call that gave in is gone then (nothing would keep ``asyncio.run`` waiting),
+    one that never does is named in a warning."""
+    caplog.set_level(logging.WARNING, logger="aiokafka07")
+    registrations = {TOPIC: TWO_BY_THREE}
+    parts = partitions_of(TWO_BY_THREE)
+    listener = SwallowingListener(forever=forever)
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (_, producer, zk):
+        produced = await produce(producer, TOPIC, parts, 10, "s")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        first = member(zookeeper, listener=listener, request_timeout_ms=500)
+        second = member(zookeeper)
+        await asyncio.wait_for(first.start(), 15)
+        collectors = [Collector(first)]
+        try:
+            await asyncio.wait_for(second.start(), 15)
+            collectors.append(Collector(second))
+            await wait_converged(zk, "g", [first, second], registrations)
+            produced += await produce(producer, TOPIC, parts, 10, "t")
+            await wait_delivered(collectors, produced)
+            await asyncio.sleep(0.2)
+            assert delivered(collectors) == collections.Counter(produced)
+            assert listener.task is not None
+            assert not listener.task.done()
+            assert listener.cancellations == 1
+            assert first.metrics.listener_errors == 1
+        finally:
+            began = time.monotonic()
+            await asyncio.wait_for(first.close(), 10)
+            closed_in = time.monotonic() - began
+            await leave([second], collectors)
+        try:
+            assert closed_in < 5, closed_in
+            assert listener.task is not None
+            assert listener.cancellations == 2
+            assert listener.task.done() is not forever
+            stragglers = [t for t in asyncio.all_tasks() if "listener" in t.get_name()]
+            assert stragglers == ([listener.task] if forever else [])
+        finally:
+            listener.released.set()  # (let a call that never gives in end with the test)
+            if listener.task is not None:
+                await asyncio.wait({listener.task}, timeout=5)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("ignored its cancellation: abandoned" in text for text in messages)
+    left = [text for text in messages if "did not stop within" in text]
+    assert bool(left) is forever
+    if forever:
+        assert "listener.on_partitions_revoked" in left[0]

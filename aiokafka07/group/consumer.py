@@ -219,6 +219,9 @@ class Consumer:
             budget = 2 * session_timeout_ms + 10_000
             rebalance_max_retries = max(10, math.ceil(budget / rebalance_backoff_ms))
         self._request_timeout = request_timeout_ms / 1000
+        # How long close waits for its tasks to end once cancelled (a listener call may
+        # ignore it: then it is left behind, named in a warning).
+        self._task_grace = min(self._request_timeout, 10.0)
         self._coordinator = Coordinator(
             GroupSettings(
                 consumer_id=self.consumer_id,
@@ -238,6 +241,7 @@ class Consumer:
             self._offsets,
             self._fetchers,
             listener,
+            self._supervisor,
         )
 
     def __repr__(self) -> str:
@@ -276,7 +280,7 @@ class Consumer:
             # Leave no registration or owner behind: they are ephemeral, and go with the
             # session (others could never claim partitions a failed member holds).
             self.closed = self._delivery.closed = True
-            await self._supervisor.aclose()
+            await self._supervisor.aclose(self._task_grace)
             await self._zk.close()
             await self._pool.close()
             raise
@@ -333,7 +337,7 @@ class Consumer:
         self._head = None
         for stream in self.streams:  # positions stop where the last record left them
             stream.close()
-        await self._supervisor.aclose()
+        await self._supervisor.aclose(self._task_grace)
         if not self._started:
             return
         try:

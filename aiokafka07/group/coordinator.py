@@ -43,6 +43,7 @@ from ..backoff import Backoff
 from ..errors import CommitFailedError, KafkaConnectionError, KafkaError, ZooKeeperError
 from ..fetch_size import FetchSizer
 from ..records import TopicPartition
+from ..supervisor import CrashPolicy, Supervisor
 from ..znodes import (
     BROKER_TOPICS,
     GroupRegistry,
@@ -67,6 +68,10 @@ log = logging.getLogger("aiokafka07.group")
 #: still counts its partitions as its own.
 LEASE_FRACTION = 2 / 3
 
+#: How long a listener call cancelled at its timeout may take to end (at most the timeout
+#: itself) before it is abandoned, in seconds.
+LISTENER_GRACE = 1.0
+
 
 class RebalanceListener(Protocol):
     """Told about partitions around a rebalance (both coroutines are awaited).
@@ -76,7 +81,9 @@ class RebalanceListener(Protocol):
     once the new ones are claimed and positioned, before they are fetched. After a
     ZooKeeper session expiry every owned partition is revoked, then assigned again from
     its committed offset. An exception or a call longer than the listener timeout is
-    logged and the rebalance goes on.
+    logged and the rebalance goes on; a call past its timeout is cancelled, and one that
+    ignores the cancellation is abandoned (still running, logged), and cancelled again
+    when the consumer closes.
     """
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
@@ -112,8 +119,10 @@ class Coordinator:
         offsets: Offsets,
         fetchers: Fetchers,
         listener: RebalanceListener | None,
+        supervisor: Supervisor,
     ) -> None:
         self.settings = settings
+        self.supervisor = supervisor  # runs each listener call
         self.consumer_id = settings.consumer_id
         self.zookeeper = zookeeper
         self.registry = registry
@@ -527,21 +536,50 @@ class Coordinator:
             stream.discard({s for s in states if s.stream is stream})
 
     async def _tell(self, method: str, partitions: set[TopicPartition]) -> None:
-        """Call the listener, surviving whatever it does."""
+        """Call the listener in a supervised task of its own, surviving whatever it does.
+
+        A call still running after the listener timeout is cancelled; one that has not
+        ended :data:`LISTENER_GRACE` later (it swallowed the cancellation) is abandoned:
+        it keeps running, owned by the supervisor, which cancels it again on close and
+        waits for it only within the close's bound. Either way the rebalance goes on.
+        """
         if self.listener is None or not partitions:
             return
         timeout = self.settings.listener_timeout
+        call = self.supervisor.spawn(
+            f"listener.{method}", self._call(method, set(partitions)), policy=CrashPolicy.LOG
+        )
         try:
-            await asyncio.wait_for(getattr(self.listener, method)(set(partitions)), timeout)
-        except asyncio.TimeoutError:
+            done, _ = await asyncio.wait({call}, timeout=timeout)
+            if done:
+                return
             self.listener_errors += 1
+            call.cancel()
+            done, _ = await asyncio.wait({call}, timeout=min(timeout, LISTENER_GRACE))
+        except asyncio.CancelledError:
+            call.cancel()  # (the member is closing: its supervisor waits for the call)
+            raise
+        if done:
             log.error(
-                "%s: the rebalance listener's %s did not return within %g s; the rebalance "
-                "goes on without it",
+                "%s: the rebalance listener's %s did not return within %g s and was "
+                "cancelled; the rebalance goes on without it",
                 self.consumer_id,
                 method,
                 timeout,
             )
+        else:
+            log.error(
+                "%s: the rebalance listener's %s did not return within %g s and ignored its "
+                "cancellation: abandoned, still running (it is cancelled again when the "
+                "consumer closes); the rebalance goes on without it",
+                self.consumer_id,
+                method,
+                timeout,
+            )
+
+    async def _call(self, method: str, partitions: set[TopicPartition]) -> None:
+        try:
+            await getattr(self.listener, method)(partitions)
         except Exception:
             self.listener_errors += 1
             log.exception(
