@@ -28,6 +28,11 @@ writing its value) is skipped with a warning: it stands for no thread ids, so th
 assignment is computed over the readable members only, and gives it nothing. Every
 member skips it alike, so they all agree. (A Java 0.7.2 member fails its rebalance on
 such a node, and keeps failing until it is deleted.)
+
+**ZooKeeper unreachable.** A rebalance waits for the connection to come back (the lease
+has stopped consumption meanwhile) and tries at once when it does; the time spent
+waiting counts against the same budget as failed attempts, so a rebalance that cannot
+happen is still reported.
 """
 
 from __future__ import annotations
@@ -178,6 +183,7 @@ class Coordinator:
         handed out or taken in: another member may be taking the partitions over.
         """
         zk = self.zookeeper
+        retry = Backoff(0.05, max(0.05, zk.session_timeout / 3))
         while True:
             session = zk.session_id
             sent = time.monotonic()
@@ -185,10 +191,15 @@ class Coordinator:
             try:
                 await zk.exists("/")
             except ZooKeeperError as exc:
+                # Asked again as soon as the connection is back (a request sent on the
+                # broken connection fails only then): consuming resumes at once.
                 log.debug("%s: ZooKeeper did not answer: %s", self.consumer_id, exc)
-            else:
-                if session is not None and zk.session_id == session and not self._broken:
-                    self.delivery.renew(sent + timeout * LEASE_FRACTION)
+                await zk.wait_connected(timeout / 3)
+                await asyncio.sleep(retry.failed())
+                continue
+            retry.succeeded()
+            if session is not None and zk.session_id == session and not self._broken:
+                self.delivery.renew(sent + timeout * LEASE_FRACTION)
             await asyncio.sleep(timeout / 3)
 
     async def auto_commit(self) -> None:
@@ -216,10 +227,16 @@ class Coordinator:
             self._pending_release[tp] = state.session
         self.assignment.partitions.clear()
         try:
+            if not self.zookeeper.connected:  # (each request would wait for it)
+                raise ZooKeeperError("not connected to ZooKeeper")
             await self._release_pending()
             await self.registry.unregister(self.consumer_id)
         except KafkaError as exc:
-            log.warning("%s: leaving the group cleanly failed: %s", self.consumer_id, exc)
+            log.warning(
+                "%s: leaving the group cleanly failed (its nodes go with its session): %s",
+                self.consumer_id,
+                exc,
+            )
         if failure is not None:
             raise failure
 
@@ -311,8 +328,11 @@ class Coordinator:
         loop = asyncio.get_running_loop()
         backoff = Backoff(self.settings.rebalance_backoff, self.settings.rebalance_backoff)
         began = loop.time()
+        budget = self.settings.rebalance_attempts * self.settings.rebalance_backoff
         attempt = 0
         while True:
+            if not self.zookeeper.connected:
+                await self._wait_for_zookeeper(began + budget - loop.time())
             attempt += 1
             log.debug("%s: rebalance attempt %d", self.consumer_id, attempt)
             started, session = time.monotonic(), self.zookeeper.session_id
@@ -348,6 +368,16 @@ class Coordinator:
                     f"{attempt} attempts: {reason}"
                 )
             await backoff.sleep_after_failure()
+
+    async def _wait_for_zookeeper(self, left: float) -> None:
+        """Until the session is connected again (at most ``left`` seconds: then raise)."""
+        log.info("%s: waiting for ZooKeeper to rebalance", self.consumer_id)
+        if not await self.zookeeper.wait_connected(max(0.0, left)):
+            raise ZooKeeperError(
+                f"{self.consumer_id}: rebalance of group {self.group} gave up: not connected "
+                "to ZooKeeper"
+            )
+        log.info("%s: ZooKeeper is back: rebalancing", self.consumer_id)
 
     async def _attempt(self) -> bool:
         zk, registry, settings = self.zookeeper, self.registry, self.settings
