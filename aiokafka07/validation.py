@@ -17,16 +17,24 @@ seconds and warns with a :class:`DeprecationWarning` naming the new keyword.
 Other call forms kept for one release warn through :func:`warn_deprecated` (one wording
 for every deprecation), and mark their typed overload with :func:`deprecated` (PEP 702),
 so a type checker points at each use too.
+
+Names that become a component of a ZooKeeper path (consumer group ids, consumer ids and
+their ``consumer_id_suffix``, the ``<host>:<port>/<chroot>`` chroot, topics in a group's
+znodes) are checked by :func:`check_name`, with ZooKeeper's own rules: a name with a
+``/`` would silently become a deeper path (leaving persistent parent nodes behind that
+other members then read as registrations), and one ZooKeeper refuses would fail only
+when first written, in the middle of joining a group.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, KafkaError
 
 if TYPE_CHECKING:
     from typing_extensions import deprecated
@@ -48,15 +56,21 @@ else:
 
 
 __all__ = [
+    "FORBIDDEN_IN_NAMES",
     "INT32_MAX",
     "NOT_GIVEN",
+    "check_bool",
+    "check_callable",
     "check_int",
     "check_ms",
+    "check_name",
     "check_number",
     "check_optional_int",
     "check_optional_ms",
+    "check_optional_name",
     "check_optional_number",
     "deprecated",
+    "name_problem",
     "renamed_options_to_ms",
     "renamed_to_ms",
     "warn_deprecated",
@@ -70,9 +84,20 @@ NOT_GIVEN: Any = object()
 #: every such setting and argument.
 INT32_MAX = (1 << 31) - 1
 
+#: What ZooKeeper refuses in a path component (its ``PathUtils.validatePath``), which is
+#: also what a 0.7.2 broker refuses in a topic name (PROTOCOL §2.2): ``/`` (it separates
+#: components), control characters (U+0000-U+001F, U+007F-U+009F), U+D800-U+F8FF
+#: (surrogates and the private-use area), U+FFF0-U+FFFF, and anything outside the Basic
+#: Multilingual Plane (a surrogate pair in Java).
+FORBIDDEN_IN_NAMES = re.compile(
+    "[/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff\U00010000-\U0010ffff]"
+)
+
 
 def _describe(minimum: float | None, maximum: float | None, above: bool) -> str:
     if minimum is not None and maximum is not None:
+        if above:
+            return f" greater than {minimum} and at most {maximum}"
         return f" from {minimum} to {maximum}"
     if minimum is not None:
         return f" {'greater than' if above else 'of at least'} {minimum}"
@@ -227,3 +252,54 @@ def renamed_options_to_ms(
                 where, old, seconds, result.get(new), stacklevel=stacklevel + 1
             )
     return result
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is True or False (not 0, 1 or a string, which would be taken for
+    one of them without a word)."""
+    if not isinstance(value, bool):
+        raise InvalidConfigError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def check_callable(name: str, value: object) -> None:
+    """Refuse a ``value`` that is neither None nor callable."""
+    if value is not None and not callable(value):
+        raise InvalidConfigError(f"{name} must be callable or None, not {value!r}")
+
+
+def name_problem(value: str) -> str | None:
+    """Why ``value`` cannot be one component of a ZooKeeper path, or None if it can."""
+    if not value:
+        return "is empty"
+    if value in (".", ".."):
+        return "is a relative path component"
+    bad = FORBIDDEN_IN_NAMES.search(value)
+    if bad:
+        return f"contains the illegal character {bad.group()!r}"
+    return None
+
+
+def check_name(
+    name: str,
+    value: object,
+    *,
+    error: type[KafkaError] = InvalidConfigError,
+    max_length: int | None = None,
+) -> str:
+    """``value`` if it is a str that can be one component of a ZooKeeper path (see
+    :data:`FORBIDDEN_IN_NAMES`; not empty, ``.`` or ``..``), of at most ``max_length``
+    characters; else ``error`` (:class:`InvalidConfigError` by default) naming ``name``."""
+    if not isinstance(value, str):
+        raise error(f"{name} must be a str, not the {type(value).__name__} {value!r}")
+    problem = name_problem(value)
+    if problem is None and max_length is not None and len(value) > max_length:
+        problem = f"is {len(value)} characters long; the limit is {max_length}"
+    if problem is not None:
+        raise error(f"{name} {value!r} {problem}: it must be one ZooKeeper path component")
+    return value
+
+
+def check_optional_name(name: str, value: object) -> str | None:
+    """None, or :func:`check_name`."""
+    return None if value is None else check_name(name, value)

@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .connection import BrokerAddress
-from .errors import ZNodeConflictError, ZooKeeperError
+from .errors import InvalidTopicError, ZNodeConflictError, ZooKeeperError
+from .validation import check_name
 from .zookeeper import ZooKeeper
 
 __all__ = [
@@ -400,6 +401,16 @@ async def register_topic(zookeeper: ZooKeeper, topic: str, broker_id: int, parti
     await zookeeper.create_ephemeral(topic_broker_path(topic, broker_id), str(partitions))
 
 
+def _topic(topic: str) -> str:
+    # A component check, not the broker's topic rules: a topic some broker registered
+    # (under /brokers/topics) must stay usable here, whatever its length.
+    return check_name("topic", topic, error=InvalidTopicError)
+
+
+def _partition(name: str) -> str:
+    return check_name("partition name", name, error=InvalidTopicError)
+
+
 class GroupRegistry:
     """The znodes of one consumer group, over a shared :class:`ZooKeeper` session.
 
@@ -410,11 +421,16 @@ class GroupRegistry:
     A member passes ``session=`` (the ZooKeeper session it claimed in) to its writes, so
     nothing it writes lands in ZooKeeper from a session other than the one it owned the
     partition in (see :mod:`aiokafka07.zookeeper`); the tools write unfenced.
+
+    Every name that becomes a path component (the group, a consumer id, a topic, a
+    ``"b-p"`` partition name) is checked first (:func:`~aiokafka07.validation.check_name`):
+    :class:`~aiokafka07.errors.InvalidConfigError` for a group or consumer id,
+    :class:`~aiokafka07.errors.InvalidTopicError` for a topic or partition name, before
+    anything is read or written, so no name can read another path or leave nodes behind.
     """
 
     def __init__(self, zookeeper: ZooKeeper, group: str) -> None:
-        if not group or "/" in group:
-            raise ValueError(f"invalid consumer group name {group!r}")
+        check_name("consumer group", group)
         self.zookeeper = zookeeper
         self.group = group
         self.root = group_path(group)
@@ -424,12 +440,15 @@ class GroupRegistry:
     async def register(
         self, consumer: str, registration: Registration, *, session: int | None = None
     ) -> None:
-        """Create this member's ephemeral ``ids`` node (again, after a session expiry)."""
+        """Create this member's ephemeral ``ids`` node (again, after a session expiry), with
+        its registration in the one create: the node never exists without it."""
+        check_name("consumer id", consumer)
         await self.zookeeper.create_ephemeral(
             member_path(self.group, consumer), format_registration(registration), session=session
         )
 
     async def unregister(self, consumer: str) -> None:
+        check_name("consumer id", consumer)
         await self.zookeeper.delete(member_path(self.group, consumer))
 
     async def member_ids(self) -> list[str]:
@@ -459,7 +478,7 @@ class GroupRegistry:
         """Own ``partition`` ("b-p") for ``thread_id``; False while someone else owns it."""
         try:
             await self.zookeeper.create_ephemeral(
-                owner_path(self.group, topic, partition), thread_id, session=session
+                self._owner_path(topic, partition), thread_id, session=session
             )
         except ZNodeConflictError as exc:
             log.info("%s/%s still owned by %s", topic, partition, exc.existing)
@@ -470,7 +489,7 @@ class GroupRegistry:
         """Give up ownership (a missing node is fine, as in 0.7.2). With ``session``, only a
         node that session created is deleted: after an expiry the path may already hold
         another member's claim."""
-        path = owner_path(self.group, topic, partition)
+        path = self._owner_path(topic, partition)
         if session is None:
             await self.zookeeper.delete(path)
         else:
@@ -478,12 +497,12 @@ class GroupRegistry:
 
     async def owner(self, topic: str, partition: str) -> str | None:
         """The thread id owning ``partition``, or None."""
-        _, value = await self.zookeeper.data_if_exists(owner_path(self.group, topic, partition))
+        _, value = await self.zookeeper.data_if_exists(self._owner_path(topic, partition))
         return value
 
     async def owned_partitions(self, topic: str) -> list[str]:
         """The "b-p" names with an owner node under ``owners/<topic>``."""
-        return sorted(await self.zookeeper.get_children(owners_path(self.group, topic)))
+        return sorted(await self.zookeeper.get_children(owners_path(self.group, _topic(topic))))
 
     async def owner_topics(self) -> list[str]:
         """Topics with an ``owners/<topic>`` node (0.7.2 leaves it after a clean exit)."""
@@ -493,7 +512,7 @@ class GroupRegistry:
 
     async def committed(self, topic: str, partition: str) -> int | None:
         """The committed next offset of ``partition``, or None when none was committed."""
-        path = offset_path(self.group, topic, partition)
+        path = self._offset_path(topic, partition)
         found, value = await self.zookeeper.data_if_exists(path)
         if not found:
             return None
@@ -509,12 +528,12 @@ class GroupRegistry:
         if offset < 0:
             raise ValueError(f"cannot commit the negative offset {offset}")
         await self.zookeeper.write_persistent(
-            offset_path(self.group, topic, partition), str(offset), session=session
+            self._offset_path(topic, partition), str(offset), session=session
         )
 
     async def offset_partitions(self, topic: str) -> list[str]:
         """The "b-p" names with an offset node under ``offsets/<topic>``."""
-        return sorted(await self.zookeeper.get_children(offsets_path(self.group, topic)))
+        return sorted(await self.zookeeper.get_children(offsets_path(self.group, _topic(topic))))
 
     async def offsets(self, topic: str) -> dict[str, int]:
         """Every committed offset of ``topic`` by "b-p"."""
@@ -532,6 +551,12 @@ class GroupRegistry:
     async def exists(self) -> bool:
         """Whether ``/consumers/<group>`` exists at all."""
         return await self.zookeeper.exists(self.root)
+
+    def _owner_path(self, topic: str, partition: str) -> str:
+        return owner_path(self.group, _topic(topic), _partition(partition))
+
+    def _offset_path(self, topic: str, partition: str) -> str:
+        return offset_path(self.group, _topic(topic), _partition(partition))
 
     @staticmethod
     async def groups(zookeeper: ZooKeeper) -> list[str]:

@@ -15,6 +15,12 @@ session expired and another member took over. A fenced write is refused unless i
 is the current one, and abandoned (never re-sent) if the connection breaks before it is
 answered.
 
+After the connection breaks, the servers are tried again every half second at most
+(:data:`RECONNECT_BACKOFF`, each attempt bounded by :data:`CONNECT_TIMEOUT`), not after
+aiozk's 4 to 60 s: a restarted server gives every stored session a full timeout from its
+start, so a client back within about a second keeps its session, its ephemeral nodes and
+its watches.
+
 It knows nothing of sockets to brokers or of the Kafka wire protocol.
 """
 
@@ -23,16 +29,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import aiozk
+import aiozk.session
 from aiozk import exc as zk_exc
 from aiozk import protocol
 from aiozk.states import States
 
-from .errors import ZNodeConflictError, ZooKeeperError
+from .backoff import Backoff
+from .errors import InvalidConfigError, ZNodeConflictError, ZooKeeperError
 from .supervisor import CrashPolicy, Supervisor, mark_retrieved
+from .validation import check_name
 
 __all__ = ["DEFAULT_PORT", "ZooKeeper", "parse_connect_string", "parse_server"]
 
@@ -92,12 +102,14 @@ def parse_connect_string(connect: str) -> tuple[str, str | None]:
     :data:`DEFAULT_PORT`, and the list returned names every port
     (``"localhost/x"`` → ``("localhost:2181", "/x")``).
     """
+    if not isinstance(connect, str):
+        raise InvalidConfigError(f"the ZooKeeper connect string must be a str, not {connect!r}")
     connect = connect.strip()
     if not connect:
-        raise ValueError("empty ZooKeeper connect string")
+        raise InvalidConfigError("empty ZooKeeper connect string")
     servers, slash, chroot = connect.partition("/")
     if not servers:
-        raise ValueError(f"ZooKeeper connect string {connect!r} names no server")
+        raise InvalidConfigError(f"ZooKeeper connect string {connect!r} names no server")
     listed = []
     for server in servers.split(","):
         host, port = parse_server(server)
@@ -105,7 +117,81 @@ def parse_connect_string(connect: str) -> tuple[str, str | None]:
     servers = ",".join(listed)
     if not slash or not chroot.strip("/"):
         return servers, None
-    return servers, "/" + chroot.strip("/")
+    chroot = chroot.strip("/")
+    for part in chroot.split("/"):
+        check_name(f"the chroot of ZooKeeper connect string {connect!r}: component", part)
+    return servers, "/" + chroot
+
+
+#: Seconds between rounds of connection attempts while no ZooKeeper server answers: the
+#: first delay and the cap (jittered): about what the Java client waits (0 to 1 s).
+RECONNECT_BACKOFF = (0.1, 0.5)
+#: Seconds one connection attempt (TCP connect, ``srvr`` handshake, connect) may take.
+CONNECT_TIMEOUT = 2.0
+
+
+class _Session(aiozk.session.Session):  # type: ignore[misc]
+    """aiozk's session, looking for a server again with :data:`RECONNECT_BACKOFF`.
+
+    aiozk waits 4, 8, 16, 32, then 60 s between rounds of attempts, so a client came back
+    up to a minute after its ZooKeeper server did (a member's partitions idle all along),
+    and then often after its session had expired (every ephemeral node gone: brokers
+    and group members re-register, the group rebalances from the committed offsets). The
+    server gives every stored session a full timeout from its restart, so reconnecting
+    within about a second keeps the session and everything that hangs on it.
+    """
+
+    conn: Any  # (aiozk's attributes this class uses)
+    hosts: list[tuple[str, str | int]]
+    timeout: float
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._closing: set[asyncio.Task[None]] = set()  # connections replaced
+
+    async def find_server(self, allow_read_only: bool) -> None:
+        """Connect to a server (in random order, as aiozk does); until one answers,
+        round after round, with the backoff between rounds. It runs in aiozk's repair
+        loop, which aiozk cancels when the session is closed."""
+        backoff = Backoff(*RECONNECT_BACKOFF)
+        conn: Any = None
+        while conn is None:
+            for host, port in random.sample(self.hosts, len(self.hosts)):
+                conn = await self._connect(host, port)
+                if conn is not None and conn.start_read_only and not allow_read_only:
+                    self._close_later(conn)
+                    conn = None
+                if conn is not None:
+                    break
+            else:
+                delay = backoff.failed()
+                log.debug("no ZooKeeper server answered; trying again in %.2f s", delay)
+                await asyncio.sleep(delay)
+        old, self.conn = self.conn, conn
+        if old is not None:
+            # Not awaited: it may wait for a half-open socket's reads to end.
+            self._close_later(old)
+
+    async def _connect(self, host: str, port: str | int) -> Any:
+        """A connection to one server, or None (aiozk logs why). Bounded: aiozk waits
+        for the answer to its ``srvr`` handshake without a timeout, and a server that
+        is going down or coming up may accept a connection and never answer it."""
+        try:
+            return await asyncio.wait_for(self.make_connection(host, port), CONNECT_TIMEOUT)
+        except asyncio.TimeoutError:
+            log.debug("ZooKeeper at %s:%s did not answer within %g s", host, port, CONNECT_TIMEOUT)
+            return None
+
+    def _close_later(self, conn: Any) -> None:
+        task = asyncio.ensure_future(conn.close(self.timeout))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        task.add_done_callback(_log_close_failure)
+
+
+def _log_close_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("closing a replaced ZooKeeper connection failed: %r", task.exception())
 
 
 def _decode(data: Any) -> str | None:
@@ -179,9 +265,11 @@ class ZooKeeper:
         """Open the session; raise :class:`ZooKeeperError` if no server answers in time."""
         if self._client is not None:
             return
-        client = aiozk.ZKClient(
-            self.servers, chroot=self.chroot, session_timeout=self.session_timeout_ms / 1000
-        )
+        timeout = self.session_timeout_ms / 1000
+        client = aiozk.ZKClient(self.servers, chroot=self.chroot, session_timeout=timeout)
+        # The same session, reconnecting sooner (retry policy, read-only and read timeout
+        # as ZKClient's defaults).
+        client.session = _Session(self.servers, timeout, None, False, None)
         try:
             await asyncio.wait_for(client.start(), self.connection_timeout_ms / 1000)
         except asyncio.CancelledError:
@@ -223,6 +311,22 @@ class ZooKeeper:
                 log.warning("closing the ZooKeeper session %#x failed: %r", session_id, exc)
             else:
                 log.info("ZooKeeper session %#x closed", session_id)
+
+    async def wait_connected(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until the session is connected (at once if it
+        is); whether it is. False at once when the session is not open."""
+        client = self._client
+        if client is None:
+            return False
+        state = client.session.state
+        if state != States.CONNECTED:
+            waiting = state.wait_for(States.CONNECTED)
+            try:
+                await asyncio.wait({waiting}, timeout=timeout)
+            finally:
+                state.futures[States.CONNECTED].discard(waiting)
+                waiting.cancel()
+        return self.connected
 
     def add_session_listener(self, listener: SessionListener) -> None:
         """Call ``listener()`` after a new session replaced an expired one."""

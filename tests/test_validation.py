@@ -1,6 +1,7 @@
 """Bad configuration is refused at construction, naming the parameter, for every numeric
 parameter of Producer, BrokerConnection, ConnectionPool, SimpleConsumer and the group
-Consumer (wrong type, negative, zero where meaningless, not finite)."""
+Consumer (wrong type, negative, zero where meaningless, not finite), and for every name
+the group consumer puts in a ZooKeeper path."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from aiokafka07 import (
     Producer,
     SimpleConsumer,
 )
-from aiokafka07.errors import InvalidConfigError, InvalidTopicError, KafkaError
+from aiokafka07.errors import InvalidConfigError, InvalidTopicError, KafkaError, ZooKeeperError
+from aiokafka07.znodes import GroupRegistry, Registration
+from aiokafka07.zookeeper import ZooKeeper
 
 ADDRESS = BrokerAddress(0, "127.0.0.1", 1)
 STATIC = "0:127.0.0.1:1"
@@ -153,9 +156,25 @@ CONSUMER: list[tuple[str, Any]] = [
     ("rebalance_max_retries", 0),
     ("rebalance_max_retries", 2.0),
     ("session_timeout_ms", "6s"),
+    ("session_timeout_ms", 0),
+    ("session_timeout_ms", -1),
+    ("session_timeout_ms", 2**31),
     ("connection_timeout_ms", float("inf")),
+    ("connection_timeout_ms", 0),
+    ("connection_timeout_ms", -5),
     ("request_timeout_ms", 0),
     ("request_timeout_ms", False),
+    ("consumer_timeout_ms", -1),
+    ("fetch_size", 2**31),
+    ("auto_commit", "no"),
+    ("shallow", 1),
+    ("value_deserializer", "utf-8"),
+    ("listener", object()),
+    ("consumer_id_suffix", "a/b"),
+    ("consumer_id_suffix", ""),
+    ("consumer_id_suffix", ".."),
+    ("consumer_id_suffix", "a\x00b"),
+    ("consumer_id_suffix", 7),
 ]
 
 
@@ -165,6 +184,66 @@ def test_group_consumer_refuses_bad_parameters(name: str, value: Any) -> None:
         Consumer("t", group="g", zookeeper=ZK, **{"fetch_size": 100, name: value})
     assert isinstance(info.value, ValueError)  # what it raised before
     assert isinstance(info.value, TypeError)
+
+
+#: Names that become ZooKeeper path components, as the group consumer takes them.
+NAMES: list[tuple[dict[str, Any], type[KafkaError], str]] = [
+    ({"group": "a/b"}, InvalidConfigError, "group"),
+    ({"group": ""}, InvalidConfigError, "group"),
+    ({"group": "."}, InvalidConfigError, "group"),
+    ({"group": "g\x7f"}, InvalidConfigError, "group"),
+    ({"group": None}, InvalidConfigError, "group"),
+    ({"zookeeper": "127.0.0.1:1/a//b"}, InvalidConfigError, "chroot"),
+    ({"zookeeper": "127.0.0.1:1/a/../b"}, InvalidConfigError, "chroot"),
+    ({"zookeeper": "127.0.0.1"}, InvalidConfigError, "host:port"),
+    ({"topics": ("a/b",)}, InvalidTopicError, "a/b"),
+    ({"topics": ("",)}, InvalidTopicError, "empty"),
+    ({"topics": ({"ok": 1, "..": 1},)}, InvalidTopicError, r"'\.\.'"),
+    ({"topics": ("x" * 256,)}, InvalidTopicError, "255"),
+    ({"topics": (3,)}, InvalidConfigError, "topics"),
+    ({"topics": (), "whitelist": 3}, InvalidConfigError, "whitelist"),
+    ({"topics": ("t",), "whitelist": "t"}, InvalidConfigError, "whitelist"),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "match"), NAMES, ids=[repr(n[0]) for n in NAMES])
+def test_group_consumer_refuses_bad_names(
+    options: dict[str, Any], error: type[KafkaError], match: str
+) -> None:
+    """A group id, suffix, chroot or topic that cannot be one ZooKeeper path component is
+    refused at construction (a "/" would make a deeper path, and leave its parents)."""
+    kwargs: dict[str, Any] = {"group": "g", "zookeeper": ZK, **options}
+    topics = kwargs.pop("topics", ("t",))
+    with pytest.raises(error, match=match) as info:
+        Consumer(*topics, **kwargs)
+    assert isinstance(info.value, ValueError)
+
+
+async def test_group_registry_refuses_bad_names_before_any_request() -> None:
+    """What the tools and the Spark source use: the same checks, before any request (the
+    session here is never opened, so a request would fail differently)."""
+    zk = ZooKeeper(ZK)
+    with pytest.raises(InvalidConfigError, match="consumer group"):
+        GroupRegistry(zk, "a/b")
+    registry = GroupRegistry(zk, "g")
+    for topic, partition in (("a/b", "0-0"), ("..", "0-0"), ("", "0-0"), ("t", "0/0")):
+        with pytest.raises(InvalidTopicError):
+            await registry.commit(topic, partition, 1)
+        with pytest.raises(InvalidTopicError):
+            await registry.committed(topic, partition)
+        with pytest.raises(InvalidTopicError):
+            await registry.claim(topic, partition, "g_c-0")
+        with pytest.raises(InvalidTopicError):
+            await registry.owner(topic, partition)
+    with pytest.raises(InvalidTopicError):
+        await registry.offsets("a/b")
+    with pytest.raises(InvalidTopicError):
+        await registry.owned_partitions("a/b")
+    with pytest.raises(InvalidConfigError, match="consumer id"):
+        await registry.register("g_a/b", Registration({"t": 1}))
+    # A long topic some broker registered stays usable here (no length limit).
+    with pytest.raises(ZooKeeperError, match="not started"):
+        await registry.committed("x" * 300, "0-0")
 
 
 def test_good_parameters_pass() -> None:
@@ -183,5 +262,7 @@ def test_good_parameters_pass() -> None:
         rebalance_max_retries=1,
         session_timeout_ms=1,
         max_decompressed_bytes=1,
+        consumer_id_suffix="test-1",
     )
+    Consumer("t", group="g.1_x-y", zookeeper=ZK + "/chroot/sub")
     Consumer({"t": 2}, group="g", zookeeper=ZK, streams=0)  # the map says how many

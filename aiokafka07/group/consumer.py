@@ -41,15 +41,20 @@ from ..backoff import Backoff
 from ..errors import ConsumerStoppedError, IllegalStateError, InvalidConfigError
 from ..fetch_size import decompression_bound
 from ..pool import ConnectionPool
-from ..protocol import EARLIEST, LATEST
+from ..protocol import EARLIEST, LATEST, validate_topic
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
 from ..validation import (
+    INT32_MAX,
     NOT_GIVEN,
+    check_bool,
+    check_callable,
     check_int,
     check_ms,
+    check_name,
     check_number,
     check_optional_int,
+    check_optional_name,
     check_optional_number,
     deprecated,
     warn_deprecated,
@@ -91,7 +96,10 @@ class Consumer:
     (with ``"error"`` it is an error too; see :mod:`aiokafka07.group.coordinator`).
     Every duration is in milliseconds (``*_ms``; ``request_timeout``, in seconds, is the
     deprecated name of ``request_timeout_ms``). A bad value or type raises
-    :class:`~aiokafka07.errors.InvalidConfigError` naming the parameter.
+    :class:`~aiokafka07.errors.InvalidConfigError` naming the parameter. ``group``,
+    ``consumer_id_suffix`` and every topic become ZooKeeper path components: one that
+    ZooKeeper would refuse, or with a ``/``, raises at construction too
+    (:class:`~aiokafka07.errors.InvalidTopicError` for a topic a broker would refuse).
 
     Errors of a partition's data or fetches (a corrupt message, a message larger than
     ``max_fetch_size``, a broker error code such as InvalidPartition, OffsetOutOfRange with
@@ -141,26 +149,36 @@ class Consumer:
             raise InvalidConfigError(
                 f"auto_offset_reset must be smallest, largest or error, not {auto_offset_reset!r}"
             )
+        # The group id and the suffix become ZooKeeper path components (consumer ids).
+        group = check_optional_name("group", group)
+        check_optional_name("consumer_id_suffix", consumer_id_suffix)
         streams = check_int("streams", streams)  # the subscription checks the count
-        fetch_size = check_int("fetch_size", fetch_size, minimum=1)
-        max_fetch_size = check_int("max_fetch_size", max_fetch_size, minimum=fetch_size)
+        fetch_size = check_int("fetch_size", fetch_size, minimum=1, maximum=INT32_MAX)
+        max_fetch_size = check_int(
+            "max_fetch_size", max_fetch_size, minimum=fetch_size, maximum=INT32_MAX
+        )
         max_prefetch_bytes = check_int("max_prefetch_bytes", max_prefetch_bytes, minimum=1)
         for name, value in (
             ("auto_commit_interval_ms", auto_commit_interval_ms),
             ("fetch_backoff_ms", fetch_backoff_ms),
             ("rebalance_backoff_ms", rebalance_backoff_ms),
+            ("connection_timeout_ms", connection_timeout_ms),
         ):
             check_number(name, value, minimum=0, above=True)
-        # Their range was never checked here (ZooKeeper has its own bounds): numbers only.
-        check_number("session_timeout_ms", session_timeout_ms)
-        check_number("connection_timeout_ms", connection_timeout_ms)
-        check_optional_number("consumer_timeout_ms", consumer_timeout_ms)
+        # An int32 of milliseconds on the wire; the server fits it into its own bounds.
+        check_number("session_timeout_ms", session_timeout_ms, minimum=0, above=True,
+                     maximum=INT32_MAX)  # fmt: skip
+        check_optional_number("consumer_timeout_ms", consumer_timeout_ms, minimum=0)
         rebalance_max_retries = check_optional_int(
             "rebalance_max_retries", rebalance_max_retries, minimum=1
         )
         request_timeout_ms = check_ms(
             "Consumer", "request_timeout_ms", request_timeout_ms, request_timeout, above=True
         )
+        auto_commit = check_bool("auto_commit", auto_commit)
+        shallow = check_bool("shallow", shallow)
+        check_callable("value_deserializer", value_deserializer)
+        _check_listener(listener)
         self.max_decompressed_bytes = decompression_bound(max_fetch_size, max_decompressed_bytes)
         subscription = _subscription(topics, streams, whitelist, blacklist)
         if subscription is not None and group is None:
@@ -173,7 +191,10 @@ class Consumer:
         self.auto_offset_reset = auto_offset_reset
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
-        self.consumer_id = consumer_id(group or _NO_GROUP, suffix=consumer_id_suffix)
+        # (The host name it includes, too, must make a ZooKeeper path component.)
+        self.consumer_id = check_name(
+            "consumer id", consumer_id(group or _NO_GROUP, suffix=consumer_id_suffix)
+        )
         self._mode: Literal["subscribed", "assigned"] | None = (
             None if subscription is None else "subscribed"
         )
@@ -229,6 +250,9 @@ class Consumer:
             budget = 2 * session_timeout_ms + 10_000
             rebalance_max_retries = max(10, math.ceil(budget / rebalance_backoff_ms))
         self._request_timeout = request_timeout_ms / 1000
+        # How long close waits for its tasks to end once cancelled (a listener call may
+        # ignore it: then it is left behind, named in a warning).
+        self._task_grace = min(self._request_timeout, 10.0)
         self._coordinator = Coordinator(
             GroupSettings(
                 consumer_id=self.consumer_id,
@@ -248,6 +272,7 @@ class Consumer:
             self._offsets,
             self._fetchers,
             listener,
+            self._supervisor,
         )
 
     def __repr__(self) -> str:
@@ -286,7 +311,7 @@ class Consumer:
             # Leave no registration or owner behind: they are ephemeral, and go with the
             # session (others could never claim partitions a failed member holds).
             self.closed = self._delivery.closed = True
-            await self._supervisor.aclose()
+            await self._supervisor.aclose(self._task_grace)
             await self._zk.close()
             await self._pool.close()
             raise
@@ -344,7 +369,7 @@ class Consumer:
         self._head = None
         for stream in self.streams:  # positions stop where the last record left them
             stream.close()
-        await self._supervisor.aclose()
+        await self._supervisor.aclose(self._task_grace)
         if not self._started:
             return
         try:
@@ -368,7 +393,7 @@ class Consumer:
 
     @consumer_timeout_ms.setter
     def consumer_timeout_ms(self, value: float | None) -> None:
-        self._delivery.timeout_ms = value
+        self._delivery.timeout_ms = check_optional_number("consumer_timeout_ms", value, minimum=0)
 
     def __aiter__(self) -> Consumer:
         return self
@@ -930,16 +955,6 @@ class SubscriptionView:
         return f"<subscription of {self._consumer.consumer_id}: {sorted(self())}>"
 
 
-def _check_listener(listener: object) -> RebalanceListener:
-    for method in ("on_partitions_revoked", "on_partitions_assigned"):
-        if not callable(getattr(listener, method, None)):
-            raise TypeError(
-                f"listener must have async on_partitions_revoked() and on_partitions_assigned(), "
-                f"not {listener!r}"
-            )
-    return listener  # type: ignore[return-value]
-
-
 def _partition_metrics(state: PartitionState) -> PartitionMetrics:
     position = state.position
     highwater = state.highwater
@@ -956,18 +971,37 @@ def _partition_metrics(state: PartitionState) -> PartitionMetrics:
     )
 
 
+def _check_listener(listener: object) -> RebalanceListener | None:
+    """``listener`` (None too) if it has both callbacks, else
+    :class:`~aiokafka07.errors.InvalidConfigError` (a TypeError) naming the missing one."""
+    if listener is None:
+        return None
+    for method in ("on_partitions_revoked", "on_partitions_assigned"):
+        if not callable(getattr(listener, method, None)):
+            raise InvalidConfigError(
+                f"listener must have the coroutine methods on_partitions_revoked and "
+                f"on_partitions_assigned (a RebalanceListener); {listener!r} has no {method}"
+            )
+    return listener  # type: ignore[return-value]
+
+
 def _subscription(
     topics: Sequence[str | Mapping[str, int]],
     streams: int,
     whitelist: str | None,
     blacklist: str | None,
 ) -> Subscription | None:
-    """The subscription of topics, a whitelist or a blacklist (one; None: none given)."""
+    """The subscription of topics, a whitelist or a blacklist (one; None: none given);
+    every topic name is checked (:class:`~aiokafka07.errors.InvalidTopicError`: it becomes
+    a ZooKeeper path component), every other mistake is :class:`InvalidConfigError`."""
+    for name, value in (("whitelist", whitelist), ("blacklist", blacklist)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidConfigError(f"{name} must be a str (a topic regex), not {value!r}")
     given = sum(bool(x) for x in (topics, whitelist, blacklist))
     if given == 0:
         return None
     if given != 1:
-        raise ValueError("subscribe to topics, or a whitelist, or a blacklist")
+        raise InvalidConfigError("subscribe to topics, or a whitelist, or a blacklist")
     if whitelist:
         return Subscription.whitelist(whitelist, streams)
     if blacklist:
@@ -976,6 +1010,12 @@ def _subscription(
     for item in topics:
         if isinstance(item, str):
             counts[item] = streams
-        else:
+        elif isinstance(item, Mapping):
             counts.update(item)
+        else:
+            raise InvalidConfigError(
+                f"topics are names or a map of name to stream count, not {item!r}"
+            )
+    for topic in counts:
+        validate_topic(topic)
     return Subscription.of_topics(counts)

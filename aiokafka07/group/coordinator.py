@@ -43,6 +43,18 @@ group, its session stays open. A manual assignment (no group membership at all) 
 the member own exactly the given partitions, with no registration and no owner nodes. A
 change is applied by the coordinator's task; one that fails stays pending and is applied
 again when the supervisor restarts the task (the failure is raised once to the reader).
+
+**Unusable registrations.** A child of ``/consumers/<group>/ids`` whose value is empty or
+no 0.7.2 registration (a node left by hand, or by an old client that created it before
+writing its value) is skipped with a warning: it stands for no thread ids, so the range
+assignment is computed over the readable members only, and gives it nothing. Every
+member skips it alike, so they all agree. (A Java 0.7.2 member fails its rebalance on
+such a node, and keeps failing until it is deleted.)
+
+**ZooKeeper unreachable.** A rebalance waits for the connection to come back (the lease
+has stopped consumption meanwhile) and tries at once when it does; the time spent
+waiting counts against the same budget as failed attempts, so a rebalance that cannot
+happen is still reported.
 """
 
 from __future__ import annotations
@@ -66,6 +78,7 @@ from ..errors import (
 from ..fetch_size import FetchSizer
 from ..protocol import EARLIEST
 from ..records import TopicPartition
+from ..supervisor import CrashPolicy, Supervisor
 from ..znodes import (
     BROKER_TOPICS,
     GroupRegistry,
@@ -92,6 +105,10 @@ log = logging.getLogger("aiokafka07.group")
 #: still counts its partitions as its own.
 LEASE_FRACTION = 2 / 3
 
+#: How long a listener call cancelled at its timeout may take to end (at most the timeout
+#: itself) before it is abandoned, in seconds.
+LISTENER_GRACE = 1.0
+
 
 class RebalanceListener(Protocol):
     """Told about partitions around a rebalance (both coroutines are awaited).
@@ -101,7 +118,9 @@ class RebalanceListener(Protocol):
     once the new ones are claimed and positioned, before they are fetched. After a
     ZooKeeper session expiry every owned partition is revoked, then assigned again from
     its committed offset. An exception or a call longer than the listener timeout is
-    logged and the rebalance goes on.
+    logged and the rebalance goes on; a call past its timeout is cancelled, and one that
+    ignores the cancellation is abandoned (still running, logged), and cancelled again
+    when the consumer closes.
     """
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
@@ -143,8 +162,10 @@ class Coordinator:
         offsets: Offsets,
         fetchers: Fetchers,
         listener: RebalanceListener | None,
+        supervisor: Supervisor,
     ) -> None:
         self.settings = settings
+        self.supervisor = supervisor  # runs each listener call
         self.consumer_id = settings.consumer_id
         self.zookeeper = zookeeper
         self._registry = registry  # None: no group (a manual assignment only)
@@ -178,6 +199,8 @@ class Coordinator:
         #: filter, or topics()), and the registered partitions of each topic read.
         self.known_topics: list[str] = []
         self.topic_partitions: dict[str, set[TopicPartition]] = {}
+        # Registrations skipped as unusable (member → value), each warned about once.
+        self._unusable: dict[str, str | None] = {}
 
     @property
     def registry(self) -> GroupRegistry:
@@ -363,6 +386,7 @@ class Coordinator:
         handed out or taken in: another member may be taking the partitions over.
         """
         zk = self.zookeeper
+        retry = Backoff(0.05, max(0.05, zk.session_timeout / 3))
         while True:
             session = zk.session_id
             sent = time.monotonic()
@@ -370,10 +394,15 @@ class Coordinator:
             try:
                 await zk.exists("/")
             except ZooKeeperError as exc:
+                # Asked again as soon as the connection is back (a request sent on the
+                # broken connection fails only then): consuming resumes at once.
                 log.debug("%s: ZooKeeper did not answer: %s", self.consumer_id, exc)
-            else:
-                if session is not None and zk.session_id == session and not self._broken:
-                    self.delivery.renew(sent + timeout * LEASE_FRACTION)
+                await zk.wait_connected(timeout / 3)
+                await asyncio.sleep(retry.failed())
+                continue
+            retry.succeeded()
+            if session is not None and zk.session_id == session and not self._broken:
+                self.delivery.renew(sent + timeout * LEASE_FRACTION)
             await asyncio.sleep(timeout / 3)
 
     async def refresh_topics(self) -> list[str]:
@@ -415,11 +444,17 @@ class Coordinator:
                 self._pending_release[tp] = state.session
         self.assignment.partitions.clear()
         try:
+            if not self.zookeeper.connected:  # (each request would wait for it)
+                raise ZooKeeperError("not connected to ZooKeeper")
             await self._release_pending()
             if self.subscription is not None:
                 await self.registry.unregister(self.consumer_id)
         except KafkaError as exc:
-            log.warning("%s: leaving the group cleanly failed: %s", self.consumer_id, exc)
+            log.warning(
+                "%s: leaving the group cleanly failed (its nodes go with its session): %s",
+                self.consumer_id,
+                exc,
+            )
         if failure is not None:
             raise failure
 
@@ -527,8 +562,11 @@ class Coordinator:
         loop = asyncio.get_running_loop()
         backoff = Backoff(self.settings.rebalance_backoff, self.settings.rebalance_backoff)
         began = loop.time()
+        budget = self.settings.rebalance_attempts * self.settings.rebalance_backoff
         attempt = 0
         while True:
+            if not self.zookeeper.connected:
+                await self._wait_for_zookeeper(began + budget - loop.time())
             attempt += 1
             log.debug("%s: rebalance attempt %d", self.consumer_id, attempt)
             started, session = time.monotonic(), self.zookeeper.session_id
@@ -565,6 +603,16 @@ class Coordinator:
                 )
             await backoff.sleep_after_failure()
 
+    async def _wait_for_zookeeper(self, left: float) -> None:
+        """Until the session is connected again (at most ``left`` seconds: then raise)."""
+        log.info("%s: waiting for ZooKeeper to rebalance", self.consumer_id)
+        if not await self.zookeeper.wait_connected(max(0.0, left)):
+            raise ZooKeeperError(
+                f"{self.consumer_id}: rebalance of group {self.group} gave up: not connected "
+                "to ZooKeeper"
+            )
+        log.info("%s: ZooKeeper is back: rebalancing", self.consumer_id)
+
     async def _attempt(self) -> bool:
         zk, registry, settings = self.zookeeper, self.registry, self.settings
         session = zk.session_id
@@ -581,16 +629,14 @@ class Coordinator:
         if subscription.is_wildcard:
             self.known_topics = available
         my_topics = subscription.streams_per_topic(available)
-        members = {
-            member: Subscription.parse(value)
-            for member, value in (await self._watch_data(ids_path(self.group))).items()
-        }
-        if self.consumer_id not in members:
+        values = await self._watch_data(ids_path(self.group))
+        members = self._readable(values)
+        if self.consumer_id not in values:
             await self._forget_all("its registration was gone")
             await registry.register(
                 self.consumer_id, subscription.as_registration(), session=session
             )
-            members[self.consumer_id] = subscription
+        members[self.consumer_id] = subscription  # (what it registered)
         self._members = len(members)
         threads = group_threads(members, available or my_topics)
         brokers = await read_brokers(zk)
@@ -657,6 +703,29 @@ class Coordinator:
             )
         await self.fetchers.sync()
         return True
+
+    def _readable(self, registrations: Mapping[str, str | None]) -> dict[str, Subscription]:
+        """The subscriptions of the members whose registration is usable; the others
+        are skipped (see the module docstring), with a warning the first time."""
+        members: dict[str, Subscription] = {}
+        unusable: dict[str, str | None] = {}
+        for member, value in registrations.items():
+            try:
+                members[member] = Subscription.parse(value)
+            except ZooKeeperError as exc:
+                unusable[member] = value
+                known = member in self._unusable and self._unusable[member] == value
+                if member != self.consumer_id and not known:
+                    log.warning(
+                        "%s: skipping %s in group %s: %s; it is given no partitions (delete "
+                        "the node if no member stands behind it)",
+                        self.consumer_id,
+                        member,
+                        self.group,
+                        exc,
+                    )
+        self._unusable = unusable
+        return members
 
     async def _claim(
         self, wanted: Mapping[TopicPartition, str], added: set[TopicPartition], session: int
@@ -770,21 +839,50 @@ class Coordinator:
             stream.discard({s for s in states if s.stream is stream})
 
     async def _tell(self, method: str, partitions: set[TopicPartition]) -> None:
-        """Call the listener, surviving whatever it does."""
+        """Call the listener in a supervised task of its own, surviving whatever it does.
+
+        A call still running after the listener timeout is cancelled; one that has not
+        ended :data:`LISTENER_GRACE` later (it swallowed the cancellation) is abandoned:
+        it keeps running, owned by the supervisor, which cancels it again on close and
+        waits for it only within the close's bound. Either way the rebalance goes on.
+        """
         if self.listener is None or not partitions:
             return
         timeout = self.settings.listener_timeout
+        call = self.supervisor.spawn(
+            f"listener.{method}", self._call(method, set(partitions)), policy=CrashPolicy.LOG
+        )
         try:
-            await asyncio.wait_for(getattr(self.listener, method)(set(partitions)), timeout)
-        except asyncio.TimeoutError:
+            done, _ = await asyncio.wait({call}, timeout=timeout)
+            if done:
+                return
             self.listener_errors += 1
+            call.cancel()
+            done, _ = await asyncio.wait({call}, timeout=min(timeout, LISTENER_GRACE))
+        except asyncio.CancelledError:
+            call.cancel()  # (the member is closing: its supervisor waits for the call)
+            raise
+        if done:
             log.error(
-                "%s: the rebalance listener's %s did not return within %g s; the rebalance "
-                "goes on without it",
+                "%s: the rebalance listener's %s did not return within %g s and was "
+                "cancelled; the rebalance goes on without it",
                 self.consumer_id,
                 method,
                 timeout,
             )
+        else:
+            log.error(
+                "%s: the rebalance listener's %s did not return within %g s and ignored its "
+                "cancellation: abandoned, still running (it is cancelled again when the "
+                "consumer closes); the rebalance goes on without it",
+                self.consumer_id,
+                method,
+                timeout,
+            )
+
+    async def _call(self, method: str, partitions: set[TopicPartition]) -> None:
+        try:
+            await getattr(self.listener, method)(partitions)
         except Exception:
             self.listener_errors += 1
             log.exception(

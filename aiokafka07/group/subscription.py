@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..errors import KafkaError, ZooKeeperError
+from ..errors import InvalidConfigError, KafkaError, ZooKeeperError
 from ..znodes import Registration, consumer_id, format_registration, parse_registration, thread_ids
 
 __all__ = [
@@ -82,18 +82,18 @@ class Subscription:
 
     def __post_init__(self) -> None:
         if (self.topics is None) == (self.filter is None):
-            raise ValueError("a subscription has either topics or a filter")
+            raise InvalidConfigError("a subscription has either topics or a filter")
         if self.topics is not None:
             if not self.topics:
-                raise ValueError("a subscription needs at least one topic")
+                raise InvalidConfigError("a subscription needs at least one topic")
             for topic, count in self.topics.items():
                 if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                    raise ValueError(
+                    raise InvalidConfigError(
                         f"topic {topic!r} needs a positive stream count, not {count!r}"
                     )
             object.__setattr__(self, "topics", dict(self.topics))
         elif self.streams < 1:
-            raise ValueError("a filter subscription needs at least one stream")
+            raise InvalidConfigError("a filter subscription needs at least one stream")
 
     @classmethod
     def of_topics(cls, topics: Mapping[str, int] | Iterable[str]) -> Subscription:

@@ -44,6 +44,7 @@ from ..supervisor import Supervisor
 from ..validation import (
     INT32_MAX,
     NOT_GIVEN,
+    check_callable,
     check_int,
     check_ms,
     check_number,
@@ -62,11 +63,6 @@ from .sender import Sender, exc_closed
 __all__ = ["Producer"]
 
 log = logging.getLogger("aiokafka07.producer")
-
-
-def _check_callable(name: str, value: object) -> None:
-    if value is not None and not callable(value):
-        raise InvalidConfigError(f"{name} must be callable or None, not {value!r}")
 
 
 class Producer:
@@ -142,7 +138,7 @@ class Producer:
             ("key_serializer", key_serializer),
             ("partitioner", partitioner),
         ):
-            _check_callable(name, value)
+            check_callable(name, value)
         try:
             self.compression = Compression.parse(compression)
         except (TypeError, ValueError) as exc:

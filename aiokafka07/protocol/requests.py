@@ -10,7 +10,6 @@ names, out-of-range integers, negative sizes), with a typed error before anythin
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Iterable
 from enum import IntEnum
@@ -18,6 +17,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple, TypeAlias
 
 from ..errors import InvalidTopicError, MalformedFrameError
+from ..validation import FORBIDDEN_IN_NAMES
 from ._reader import Reader
 from .messages import BytesLike
 
@@ -62,11 +62,9 @@ _PART_SIZE = struct.Struct(">ii")  # partition, message set size
 _FETCH_TAIL = struct.Struct(">iqi")  # partition, offset, max size
 _I16 = struct.Struct(">h")
 
-# Characters the 0.7.2 broker refuses in a topic name (§2.2); anything outside the BMP is
-# a surrogate pair in Java, and surrogates are refused.
-_BAD_TOPIC_CHARS = re.compile(
-    "[/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff\U00010000-\U0010ffff]"
-)
+# Characters the 0.7.2 broker refuses in a topic name (§2.2): those ZooKeeper refuses in a
+# path component (a topic is one, under /brokers/topics).
+_BAD_TOPIC_CHARS = FORBIDDEN_IN_NAMES
 
 
 class RequestType(IntEnum):
