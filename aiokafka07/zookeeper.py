@@ -75,23 +75,24 @@ DEFAULT_PORT = 2181
 
 def parse_server(server: str) -> tuple[str, int]:
     """``(host, port)`` of one server of a connect string: ``host``, ``host:port``,
-    ``[v6]`` or ``[v6]:port``; without a port, :data:`DEFAULT_PORT`."""
+    ``[v6]`` or ``[v6]:port``; without a port, :data:`DEFAULT_PORT`.
+    :class:`~aiokafka07.errors.InvalidConfigError` (a ``ValueError``) for anything else."""
     text = server.strip()
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
         colon, port = rest[:1], rest[1:]
         if not bracket or not host or (rest and (colon != ":" or not port)):
-            raise ValueError(f"ZooKeeper server {server!r} is not host[:port]")
+            raise InvalidConfigError(f"ZooKeeper server {server!r} is not host[:port]")
     elif text.count(":") > 1:  # a bare IPv6 address (its port cannot be told apart)
         host, port = text, ""
     else:
         host, _, port = text.partition(":")
         if not host or (":" in text and not port):
-            raise ValueError(f"ZooKeeper server {server!r} is not host[:port]")
+            raise InvalidConfigError(f"ZooKeeper server {server!r} is not host[:port]")
     if not port:
         return host, DEFAULT_PORT
     if not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError(f"ZooKeeper server {server!r}: the port is not 1-65535")
+        raise InvalidConfigError(f"ZooKeeper server {server!r}: the port is not 1-65535")
     return host, int(port)
 
 

@@ -195,7 +195,7 @@ NAMES: list[tuple[dict[str, Any], type[KafkaError], str]] = [
     ({"group": None}, InvalidConfigError, "group"),
     ({"zookeeper": "127.0.0.1:1/a//b"}, InvalidConfigError, "chroot"),
     ({"zookeeper": "127.0.0.1:1/a/../b"}, InvalidConfigError, "chroot"),
-    ({"zookeeper": "127.0.0.1"}, InvalidConfigError, "host:port"),
+    ({"zookeeper": "127.0.0.1:http"}, InvalidConfigError, "port"),
     ({"topics": ("a/b",)}, InvalidTopicError, "a/b"),
     ({"topics": ("",)}, InvalidTopicError, "empty"),
     ({"topics": ({"ok": 1, "..": 1},)}, InvalidTopicError, r"'\.\.'"),

@@ -67,9 +67,17 @@ async def run(args: argparse.Namespace) -> int:
         partitions = [TopicPartition.parse(args.topic, name) for name in names]
         brokers = await read_brokers(zk)
         async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
-            offsets = await asyncio.gather(
-                *(_offset(pool, brokers.get(tp.broker_id), tp, time) for tp in partitions)
+            # Every answer is awaited before the pool closes (one that failed first must
+            # not leave the others to fail unobserved); the first error is reported.
+            answers = await asyncio.gather(
+                *(_offset(pool, brokers.get(tp.broker_id), tp, time) for tp in partitions),
+                return_exceptions=True,
             )
+        offsets: list[int] = []
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+            offsets.append(answer)
         for tp, offset in zip(partitions, offsets, strict=True):
             if args.dry_run:
                 current = await registry.committed(tp.topic, tp.name)
