@@ -144,7 +144,9 @@ async def test_unusable_registrations_are_skipped_and_the_group_balances(
             for m in members:
                 await asyncio.wait_for(m.start(), 15)
                 collectors.append(Collector(m))
-            plan = assign_group({m.consumer_id: m.topic_subscription for m in members}, registrations)
+            plan = assign_group(
+                {m.consumer_id: m.topic_subscription for m in members}, registrations
+            )
             wanted = {
                 (TOPIC, name): thread for thread, names in plan[TOPIC].items() for name in names
             }
