@@ -551,7 +551,8 @@ async def run(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="aiokafka07-demo-"))
     started = time.perf_counter()
     try:
-        agree = await _pipeline(args, root, report, live, spark=spark_missing is None)
+        spark = not args.no_spark and spark_missing is None
+        agree = await _pipeline(args, root, report, live, spark=spark)
     except _Interrupted:
         # Everything was stopped on the way out; this is the one line about it.
         data = f"data kept in {root}" if args.keep else f"{root} removed"

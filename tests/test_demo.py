@@ -63,6 +63,7 @@ def test_demo_static_mode_without_spark() -> None:
     assert "static broker list" in text
     assert re.search(r"simple consumers \(live\).* 5,000 views  ok", text)
     assert lines[-1].startswith("all paths agree")
+    assert "spark" not in text.lower()  # --no-spark, whether PySpark is installed or not
 
 
 # -- a machine without ZooKeeper -----------------------------------------------------------
