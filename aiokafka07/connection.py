@@ -5,13 +5,17 @@ The protocol rules live in the conversation, which knows nothing of sockets: FIF
 of answers (0.7 has no correlation ids), PRODUCE frames that get none, the confirm probe,
 frame splitting and the bound on each answer's size. This module adds what needs I/O:
 
-* requests queued in the same event-loop iteration go out in one socket write;
-* **write order is call order**: every request is queued synchronously when its method is
-  called, before any ``await``. :meth:`BrokerConnection.submit_produce` is the explicit
-  form, a plain function whose calls are written in the order they were made;
-* **flow control**: after queueing, a call waits (:meth:`BrokerConnection.drain`) while the
-  transport is paused or more than ``max_unsent_bytes`` are waiting for the socket, so a
-  caller that never awaits anything else still cannot grow memory without bound;
+* requests queued in the same event-loop iteration go out together (at most two calls
+  on the transport);
+* **flow control**: what waits for the socket (queued here, or in the transport's buffer)
+  stays within ``max_unsent_bytes``, for any number of callers. A call whose frame does
+  not fit waits for room *before* its frame is queued, in line: first come, first served,
+  for at most ``request_timeout_ms``. One frame larger than the bound goes alone, when
+  nothing else waits for the socket;
+* **write order is call order**: every call takes its place synchronously when its method
+  is called, before any ``await``: its frame is queued at once, or its place in line is
+  kept. :meth:`BrokerConnection.submit_produce` is the explicit form, a plain function
+  whose calls are written in the order they were made;
 * a request cancelled before it was written is never written; one cancelled after keeps
   its place in the FIFO and its answer is read and dropped;
 * a request unanswered within ``request_timeout_ms`` (or a socket that takes nothing for
@@ -27,9 +31,11 @@ broker that refuses a produce closes the connection instead.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from .errors import (
@@ -106,6 +112,47 @@ def _not_done(future: asyncio.Future[Any]) -> bool:
     return not future.done()
 
 
+class _Turn:
+    """A call waiting in line for room to queue its frame (flow control).
+
+    ``enqueue`` queues the frame, ``size`` bytes, and ``future`` is the call's outcome. A
+    caller that gives up (cancels ``future``) leaves the line, unless ``keep``: a
+    :meth:`BrokerConnection.submit_produce` frame is written even then, as one queued at
+    once would be. ``taken`` is the connection's progress when the wait began.
+    """
+
+    __slots__ = ("answers", "dropped", "enqueue", "future", "handle", "keep", "size", "taken")
+
+    def __init__(
+        self,
+        size: int,
+        enqueue: Callable[[], None],
+        future: asyncio.Future[Any],
+        *,
+        keep: bool,
+        answers: bool,
+        taken: int,
+    ) -> None:
+        self.size = size
+        self.enqueue = enqueue
+        self.future = future
+        self.keep = keep
+        self.answers = answers
+        self.taken = taken
+        self.handle: asyncio.TimerHandle | None = None  # its timeout
+        self.dropped = False
+
+    def leave(self) -> None:
+        """Its wait is over: stop its timeout."""
+        if self.handle is not None:
+            self.handle.cancel()
+
+    @property
+    def waiting(self) -> bool:
+        """Still to be queued when its turn comes."""
+        return not self.dropped and (self.keep or not self.future.done())
+
+
 class BrokerConnection(asyncio.Protocol):
     """A pipelined connection to one broker. Open it with :meth:`open` (or ``async with``).
 
@@ -113,8 +160,8 @@ class BrokerConnection(asyncio.Protocol):
     (0.7.2 ``connect.timeout.ms``). ``request_timeout_ms`` bounds the wait for each answer,
     and for the socket to take data (0.7.2 ``socket.timeout.ms``; the Java client's timeout
     never fires on reads, this one does). ``max_message_size`` is the client-side produce
-    check. ``max_unsent_bytes`` bounds what waits for the socket: past it, calls wait (flow
-    control), and it is the transport's high-water mark too. ``connect_timeout`` and
+    check. ``max_unsent_bytes`` bounds what waits for the socket: a call whose frame does
+    not fit waits (flow control; see the module docstring). ``connect_timeout`` and
     ``request_timeout`` (seconds) are their deprecated names.
     """
 
@@ -149,8 +196,11 @@ class BrokerConnection(asyncio.Protocol):
         self._conversation: Conversation[asyncio.Future[Any]] = Conversation()
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
-        self._paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
+        # Calls waiting for room to queue their frames, first come first served.
+        self._line: deque[_Turn] = deque()
+        # Bytes handed to the transport so far (what the socket took is that, less the
+        # transport's buffer: the progress a wait for room watches).
+        self._handed = 0
         self._closed: KafkaConnectionError | None = None
         self._lost = asyncio.Event()
         # Futures of confirmed produces whose probe is outstanding (answers are offsets).
@@ -198,8 +248,9 @@ class BrokerConnection(asyncio.Protocol):
 
     @property
     def in_flight(self) -> int:
-        """Requests written (or queued) whose answers have not arrived yet."""
-        return self._conversation.outstanding
+        """Requests written, queued or waiting for room whose answers have not arrived."""
+        waiting = sum(1 for t in self._line if t.answers and t.waiting and not t.future.done())
+        return self._conversation.outstanding + waiting
 
     @property
     def requests_sent(self) -> int:
@@ -208,7 +259,8 @@ class BrokerConnection(asyncio.Protocol):
 
     @property
     def unsent_bytes(self) -> int:
-        """Bytes queued or in the transport's buffer, not yet taken by the kernel."""
+        """Bytes queued or in the transport's buffer, not yet taken by the kernel: at most
+        ``max_unsent_bytes``, or one frame larger than that (flow control)."""
         transport = self._transport
         buffered = transport.get_write_buffer_size() if transport is not None else 0
         return self._conversation.outbox_bytes + buffered
@@ -221,6 +273,7 @@ class BrokerConnection(asyncio.Protocol):
         if self._closed is None:
             log.debug("closing the connection to %s", self.address)
             pending = [f for f in self._conversation.tokens() if not f.done()]
+            pending += [t.future for t in self._line if t.waiting and not t.future.done()]
             if pending:
                 await asyncio.wait(pending, timeout=wait)
         self._fail(KafkaConnectionError(f"connection to {self.address} closed"))
@@ -239,7 +292,10 @@ class BrokerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        transport.set_write_buffer_limits(high=self.max_unsent_bytes)
+        # Both marks at 0: the transport pauses us whenever it keeps any byte and resumes
+        # us once it has none left, the moment the line is looked at again (_admit). The
+        # bound itself is ours: what the transport keeps counts in unsent_bytes.
+        transport.set_write_buffer_limits(high=0, low=0)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -274,20 +330,10 @@ class BrokerConnection(asyncio.Protocol):
         self._transport = None
         self._lost.set()
 
-    def pause_writing(self) -> None:
-        self._paused = True
-
     def resume_writing(self) -> None:
-        self._paused = False
-        self._wake_writers()
+        self._admit()
 
     # -- internals ----------------------------------------------------------------------
-
-    def _wake_writers(self) -> None:
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
 
     def _fail_with(self, exc: ProtocolError) -> None:
         """Bad bytes from the broker: requests written fail with ``exc`` itself (their
@@ -314,11 +360,12 @@ class BrokerConnection(asyncio.Protocol):
         written, unwritten = self._conversation.close()
         for future in written:
             self._reject(future, type(reason)(str(reason), broker=broker, maybe_delivered=True))
-        for future in unwritten:
-            self._reject(
-                future, KafkaConnectionError(str(reason), broker=broker, maybe_delivered=False)
-            )
-        self._wake_writers()
+        line, self._line = self._line, deque()
+        for turn in line:
+            turn.leave()
+        never_written = [*unwritten, *(t.future for t in line if not t.dropped)]
+        for future in never_written:
+            self._reject(future, type(reason)(str(reason), broker=broker, maybe_delivered=False))
         transport = self._transport
         if transport is not None and not transport.is_closing():
             if abort:
@@ -361,9 +408,13 @@ class BrokerConnection(asyncio.Protocol):
         future.add_done_callback(ended)
 
     def _flush(self) -> None:
-        """Write every frame queued this iteration in one go, skipping cancelled requests."""
+        """Write every frame queued this iteration in one go, skipping cancelled requests;
+        then let in whoever in line fits now."""
         self._flush_scheduled = False
-        if self._transport is None or self._closed is not None:
+        transport = self._transport
+        # A transport already closing (its connection_lost is on its way) takes nothing:
+        # what is queued fails then, as never written.
+        if transport is None or self._closed is not None or transport.is_closing():
             return
         out = self._conversation.data_to_send(_not_done)
         if out.frames:
@@ -371,12 +422,94 @@ class BrokerConnection(asyncio.Protocol):
                 log.debug(
                     "%s: wrote %d requests, %d bytes", self.address, len(out.frames), out.size
                 )
-            self._transport.writelines(out.frames)
+            # The last frame goes through write(): the selector transport's writelines()
+            # of Python 3.12.0-3.12.8 and 3.13.0-3.13.1 never pauses the protocol
+            # (CPython gh-127655), and resume_writing() comes only after a pause.
+            if len(out.frames) > 1:
+                transport.writelines(out.frames[:-1])
+            transport.write(out.frames[-1])
+            self._handed += out.size
         for future in out.written:
             if not future.done():
                 future.set_result(None)
-        if self._drain_waiters and not self._paused:
-            self._wake_writers()
+        self._admit()
+
+    def _taken(self) -> int:
+        """Bytes the socket took so far."""
+        transport = self._transport
+        return self._handed - (transport.get_write_buffer_size() if transport else 0)
+
+    def _fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be queued now: what waits for the socket stays
+        within ``max_unsent_bytes``, or is this one frame alone."""
+        unsent = self.unsent_bytes
+        return unsent == 0 or unsent + size <= self.max_unsent_bytes
+
+    def _submit(
+        self,
+        size: int,
+        enqueue: Callable[[], None],
+        future: asyncio.Future[Any],
+        *,
+        keep: bool = False,
+        answers: bool = False,
+    ) -> bool:
+        """Queue ``size`` bytes now (``enqueue()``) when nobody is in line and they fit,
+        and return True; else take a place at the end of the line (False). A place in
+        line ends within ``request_timeout_ms``: queued, or ``future`` failed (see
+        :meth:`_turn_expired`)."""
+        if not self._line and self._fits(size):
+            enqueue()
+            return True
+        turn = _Turn(size, enqueue, future, keep=keep, answers=answers, taken=self._taken())
+        loop = asyncio.get_running_loop()
+        turn.handle = loop.call_later(self._request_timeout, self._turn_expired, turn)
+        self._line.append(turn)
+        return False
+
+    def _admit(self) -> None:
+        """Queue the frames of the calls in line, first come first served, while they fit
+        (called whenever room may have appeared: after a write, on resume_writing, when a
+        call leaves the line)."""
+        line = self._line
+        while line and self._closed is None:
+            turn = line[0]
+            if turn.waiting and not self._fits(turn.size):
+                return
+            line.popleft()
+            turn.leave()
+            if turn.waiting:
+                try:
+                    turn.enqueue()
+                except Exception as exc:  # checked when it took its place; closed since?
+                    self._reject(turn.future, exc)
+
+    def _turn_expired(self, turn: _Turn) -> None:
+        """``turn`` waited ``request_timeout_ms`` for room. If the socket took nothing
+        all that time, the broker reads nothing: the connection closes, failing everything
+        with :class:`RequestTimeoutError`. Else only this call fails (never written)."""
+        if not turn.waiting or self._closed is not None:
+            return
+        if self._taken() == turn.taken:
+            reason = RequestTimeoutError(
+                f"{self.address} took no data for {self.request_timeout_ms:g} ms",
+                broker=str(self.address),
+                maybe_delivered=True,
+            )
+            log.warning("closing the connection to %s: %s", self.address, reason)
+            self._fail(reason, abort=True)
+            return
+        turn.dropped = True
+        self._reject(
+            turn.future,
+            RequestTimeoutError(
+                f"no room to write to {self.address} within {self.request_timeout_ms:g} ms: "
+                f"the socket takes data more slowly than it is queued",
+                broker=str(self.address),
+                maybe_delivered=False,
+            ),
+        )
+        self._admit()  # it may have held up those behind it
 
     def _timed_out(self, future: asyncio.Future[Any]) -> None:
         if future.done():
@@ -390,42 +523,18 @@ class BrokerConnection(asyncio.Protocol):
         log.warning("closing the connection to %s: %s", self.address, reason)
         self._fail(reason, abort=True)
 
-    def _must_wait(self) -> bool:
-        return self._closed is None and (
-            self._paused or self._conversation.outbox_bytes > self.max_unsent_bytes
-        )
-
-    async def _writable(self) -> None:
-        """Wait while the transport is paused or more than ``max_unsent_bytes`` wait for
-        the socket. A socket that takes nothing for ``request_timeout_ms`` closes the
-        connection, and this raises :class:`RequestTimeoutError`. Returns at once when
-        the connection is closed."""
-        if not self._must_wait():
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._request_timeout
-        while self._must_wait():
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._drain_waiters.append(waiter)
-            try:
-                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
-            except asyncio.TimeoutError:
-                if self._must_wait():
-                    reason = RequestTimeoutError(
-                        f"{self.address} took no data for {self.request_timeout_ms:g} ms",
-                        broker=str(self.address),
-                        maybe_delivered=True,
-                    )
-                    log.warning("closing the connection to %s: %s", self.address, reason)
-                    self._fail(reason, abort=True)
-                    raise reason from None
-
     async def drain(self) -> None:
-        """Flow control: wait while the transport is paused or more than
-        ``max_unsent_bytes`` wait for the socket. Raises :class:`RequestTimeoutError` if
-        the socket takes nothing for ``request_timeout_ms`` (the connection is then closed),
+        """Flow control for :meth:`submit_produce` callers: wait for this call's turn in
+        line and until what waits for the socket is within ``max_unsent_bytes``. (The
+        other request methods do this themselves, before queueing.) Raises
+        :class:`RequestTimeoutError` after ``request_timeout_ms`` without room (if the
+        socket took nothing meanwhile, the connection is closed too),
         :class:`KafkaConnectionError` if the connection is closed."""
-        await self._writable()
+        if self._closed is None and self._transport is not None:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._submit(0, functools.partial(_set_done, turn), turn)
+            if not turn.done():
+                await self._answer(turn)
         if self._closed is not None:
             raise self._closed_error(maybe_delivered=True)
 
@@ -439,28 +548,32 @@ class BrokerConnection(asyncio.Protocol):
         :class:`~aiokafka07.errors.MalformedFrameError` and closes the connection.
         """
         self._check_open()
+        size = self._conversation.request_size(frame)
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._watch(future, self._conversation.send_request(frame, future))
-        self._queued()
+        self._submit(size, functools.partial(self._queue_request, frame, future), future)
         return await self._answer(future)
 
+    def _queue_request(self, frame: bytes, future: asyncio.Future[bytes]) -> None:
+        self._watch(future, self._conversation.send_request(frame, future))
+        self._queued()
+
     async def _answer(self, future: asyncio.Future[T]) -> T:
-        """Flow control, then ``future``'s result; a caller cancelled meanwhile cancels
-        it (unsent: never written; sent: its answer is dropped)."""
+        """``future``'s result; a caller cancelled meanwhile cancels it (in line: it
+        leaves the line; queued: never written; written: its answer is dropped)."""
         try:
-            await self._writable()
             return await future
         except asyncio.CancelledError:
             future.cancel()
+            self._admit()  # it may have held up those behind it in line
             raise
 
     async def send(self, frame: bytes) -> None:
         """Send a framed request that gets no answer (PRODUCE, MULTIPRODUCE).
 
-        Returns once the frame is queued for the socket, after flow control; that does
-        not mean the broker has it (see confirm mode). Other request types raise
-        :class:`~aiokafka07.errors.MalformedFrameError`: their answers would be taken for
-        someone else's.
+        Returns once the frame is queued for the socket (after waiting for room, see
+        flow control); that does not mean the broker has it (see confirm mode). Other
+        request types raise :class:`~aiokafka07.errors.MalformedFrameError`: their
+        answers would be taken for someone else's.
         """
         await self._produce(frame, confirm=False)
 
@@ -468,8 +581,13 @@ class BrokerConnection(asyncio.Protocol):
         """Queue a PRODUCE / MULTIPRODUCE frame now; return its outcome as a future.
 
         The ordering guarantee a producer builds on: frames are written in the order of
-        the ``submit_produce`` calls (and of every other request call), since this queues
-        synchronously. The caller applies flow control with :meth:`drain` afterwards.
+        the ``submit_produce`` calls (and of every other request call), since this takes
+        its place synchronously: the frame is queued now, or, when others wait for room or
+        it does not fit, it keeps its place in line (and fails with
+        :class:`RequestTimeoutError`, never written, if no room comes within
+        ``request_timeout_ms``). This cannot wait, so the caller applies flow control with
+        :meth:`drain` before its next call: then at most this one frame waits beyond
+        ``max_unsent_bytes``.
 
         With ``confirm`` the future gets the partition's latest offset once the broker
         processed the produce (an OFFSETS probe pipelined behind it), or
@@ -478,19 +596,31 @@ class BrokerConnection(asyncio.Protocol):
         written). Without, it gets None once the frame is written to the socket.
         Cancelling the future before the frame is written drops the probe, not the frame.
         """
+        return self._submit_produce(frame, confirm=confirm, keep=True)[0]
+
+    def _submit_produce(
+        self, frame: bytes, *, confirm: bool, keep: bool
+    ) -> tuple[asyncio.Future[int | None], bool]:
+        """Take a place for a produce frame (see :meth:`_submit`): its outcome, and
+        whether it was queued at once."""
         self._check_open()
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[int | None] = loop.create_future()
+        size = self._conversation.produce_size(frame, confirm=confirm)
+        result: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        enqueue = functools.partial(self._queue_produce, frame, result, confirm)
+        return result, self._submit(size, enqueue, result, keep=keep, answers=confirm)
+
+    def _queue_produce(
+        self, frame: bytes, result: asyncio.Future[int | None], confirm: bool
+    ) -> None:
         if not confirm:
             self._conversation.send_produce(frame, result)
             self._queued()
-            return result
+            return
         probe = self._conversation.send_produce(frame, result, confirm=True)
         assert probe is not None
         self._probes.add(result)
         self._queued()
         self._watch(result, probe)
-        return result
 
     def _resolve(self, future: asyncio.Future[Any], body: bytes) -> None:
         """An answer arrived for ``future`` (a confirm probe's is decoded here)."""
@@ -608,14 +738,17 @@ class BrokerConnection(asyncio.Protocol):
         return await self._produce(frame, confirm)
 
     async def _produce(self, frame: bytes, confirm: bool) -> int | None:
-        future = self.submit_produce(frame, confirm=confirm)
+        """Wait for room, queue ``frame``; with ``confirm``, wait for the probe's answer."""
+        future, queued = self._submit_produce(frame, confirm=confirm, keep=False)
         if confirm:
             return await self._answer(future)
-        # Flow control for a produce nobody confirms; its failure, if known, is raised.
-        future.add_done_callback(mark_retrieved)  # the caller does not wait for the write
-        await self._writable()
-        if future.done() and not future.cancelled() and future.exception() is not None:
-            raise future.exception()  # type: ignore[misc]
-        if self._closed is not None:
-            raise self._closed_error(maybe_delivered=True)
+        if queued:  # the caller does not wait for the write
+            future.add_done_callback(mark_retrieved)
+            return None
+        await self._answer(future)  # in line: until it is written (or fails)
         return None
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+import socket
 import struct
 from typing import Any
 
@@ -239,6 +240,24 @@ async def test_stop_leaves_no_task_behind(tmp_path: Any) -> None:
     assert asyncio.all_tasks() - before == set()
     for conn in conns:
         assert await conn.closed_by_peer()
+
+
+async def test_stop_ends_connections_accepted_before_their_handler_ran(tmp_path: Any) -> None:
+    """A connection the server accepted whose handler has not run yet when the broker
+    stops: the shutdown missed it, and stop() did not return within 10 s (since Python
+    3.12 Server.wait_closed() waits for every connection, until the client goes away).
+    Stopped 0 to 7 event-loop iterations after the connect, one of which falls in that
+    window."""
+    config = BrokerConfig(broker_id=0, log_dir=tmp_path, port=0, enable_zookeeper=False)
+    for iterations in range(8):
+        before = asyncio.all_tasks()
+        broker = Broker(config)
+        await broker.start()
+        with socket.create_connection((broker.host, broker.port)):  # stays open
+            for _ in range(iterations):
+                await asyncio.sleep(0)
+            await asyncio.wait_for(broker.stop(), 10)
+            assert asyncio.all_tasks() - before == set(), iterations
 
 
 # -- load -------------------------------------------------------------------------------

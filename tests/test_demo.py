@@ -71,6 +71,7 @@ def test_demo_static_mode_without_spark() -> None:
     assert re.search(r"simple consumers \(live\).* 5,000 views  ok", text)
     assert "spark" not in text.lower()  # --no-spark: not started, not needed installed
     assert lines[-1].startswith("all paths agree")
+    assert "spark" not in text.lower()  # --no-spark, whether PySpark is installed or not
 
 
 @pytest.mark.usefixtures("zookeeper_installed")

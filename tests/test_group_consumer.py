@@ -63,7 +63,7 @@ from .groups import (
     wait_delivered,
     wait_registered,
 )
-from .wire import eventually
+from .wire import client_tasks, eventually
 
 # -- 1. identities, registrations, owners and offsets ----------------------------------------
 
@@ -912,8 +912,7 @@ async def test_close_leaves_no_task_and_no_znode_and_commits(
         # Iterators end; no task of the consumer (or of its ZooKeeper client) is left.
         for collector in [*collectors, whole]:
             await asyncio.wait_for(collector.task, 2)
-        leftover = {t for t in asyncio.all_tasks() - tasks_before if not t.done()}
-        assert leftover == set()
+        assert client_tasks(tasks_before) == set()
         assert await zk.get_children("/consumers/g/ids") == []
         assert await zk.get_children(f"/consumers/g/owners/{TOPIC}") == []
         await assert_committed_at_log_ends(zk, cluster)

@@ -133,13 +133,24 @@ async def test_fsync_and_unlink_run_off_the_event_loop(
         threads["fsync"].add(threading.get_ident())
         real_fsync(fd)
 
-    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+    def seen_unlink(path: Any) -> None:
         if str(path).endswith(".kafka"):  # a segment (not tempfile's own probing)
             threads["unlink"].add(threading.get_ident())
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        seen_unlink(path)
         real_unlink(path, *args, **kwargs)
+
+    real_path_unlink = Path.unlink
+
+    def path_unlink(path: Path, missing_ok: bool = False) -> None:
+        seen_unlink(path)
+        real_path_unlink(path, missing_ok)
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "unlink", unlink)
+    # Python 3.10's Path.unlink calls the os.unlink it bound at import, not this one.
+    monkeypatch.setattr(Path, "unlink", path_unlink)
     settings = {
         "zookeeper": None,
         "log_flush_fsync": True,

@@ -7,7 +7,6 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -18,18 +17,9 @@ from aiokafka07.protocol import LATEST, encode_offsets_response, entry_size
 from aiokafka07.testing import KafkaCluster
 
 from .garbage_server import GarbageServer, Reply
-from .wire import address_of, eventually
+from .wire import address_of, client_tasks, eventually
 
 Factory = Callable[..., KafkaCluster]
-
-
-def client_tasks(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
-    """Tasks started since ``before``, except the embedded broker's connection handlers."""
-    return {
-        t
-        for t in asyncio.all_tasks() - before
-        if not t.get_coro().__qualname__.startswith("Broker.")  # type: ignore[union-attr]
-    }
 
 
 async def test_connections_are_reused(cluster: KafkaCluster) -> None:
@@ -240,7 +230,8 @@ async def test_close_fails_what_does_not_finish_in_time() -> None:
             assert isinstance(result, KafkaConnectionError)
             assert result.maybe_delivered
         assert conn.closed
-        assert asyncio.all_tasks() - before == set()
+        assert client_tasks(before) == set()
+        await eventually(lambda: asyncio.all_tasks() == before, 5)  # the server's handler
 
 
 async def test_close_racing_an_open_leaves_no_open_connection() -> None:

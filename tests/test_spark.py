@@ -724,11 +724,17 @@ def test_an_editable_install_is_found_without_registering(tmp_path: Path) -> Non
     )
     venv = tmp_path / "venv"
     subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-        check=True,
-        timeout=120,
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
     )
     python = str(venv / "bin" / "python")
+    # It sees this interpreter's packages (pip, setuptools, PySpark...), through a .pth
+    # line per site directory, after its own. Not --system-site-packages: that shows the
+    # base interpreter's, which under a virtual environment has none of them. (Their own
+    # .pth files are not read, so this project's editable install here is not seen.)
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    theirs = Path(subprocess.check_output([python, "-c", where], text=True).strip())
+    ours = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    (theirs / "outer_site_packages.pth").write_text("".join(f"{p}\n" for p in ours))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only what pip installs
 
     def run(*command: str, cwd: Path) -> str:

@@ -57,6 +57,23 @@ async def sigstop(pid: int, timeout: float = 10.0) -> None:
     await eventually(lambda: stopped(pid), timeout)
 
 
+#: Coroutines of the servers' connection handlers: the embedded broker's, and the test
+#: servers' (tests/garbage_server.py).
+SERVER_HANDLERS = ("Broker._serve", "LoopbackServer._accept")
+
+
+def client_tasks(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
+    """Tasks started since ``before`` and not done, except the servers' connection
+    handlers: a server notices a connection closed by a client some event-loop iterations
+    after the client's close() returned (since Python 3.12, whose wait_for no longer runs
+    the awaitable in a task of its own, a close returns two iterations sooner)."""
+    return {
+        t
+        for t in asyncio.all_tasks() - before
+        if not t.done() and t.get_coro().__qualname__ not in SERVER_HANDLERS  # type: ignore[union-attr]
+    }
+
+
 class RawConnection:
     """One client socket to a broker, speaking bytes (no client library in between)."""
 

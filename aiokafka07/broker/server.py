@@ -75,6 +75,9 @@ _SIZE = struct.Struct(">i")
 # What the 0.7.2 broker writes for a FETCH with a negative max size before it fails: a
 # frame header claiming one byte, one byte, then the socket is closed (capture d5).
 _NEGATIVE_FETCH_SIZE_REPLY = bytes.fromhex("0000000100")
+#: How long a shutdown waits for the connection handlers to end (and, since Python 3.12,
+#: for the server's connections to be dropped) before cancelling them.
+_HANDLER_END_S = 5.0
 
 
 class _Close(Exception):
@@ -105,7 +108,9 @@ class Broker:
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._supervisor = Supervisor(f"broker-{config.broker_id}", log)
+        # Set when start() has finished, or shutdown began: connection handlers wait for it.
         self._ready = asyncio.Event()
+        self._stopping = False
         # One compressed set is inflated at a time: memory for it stays within one bound.
         self._inflating = asyncio.Semaphore(1)
         self._topics_to_register: asyncio.Queue[str] = asyncio.Queue()
@@ -148,6 +153,7 @@ class Broker:
             return
         config = self.config
         self._ready.clear()
+        self._stopping = False
         if self._supervisor.closed:  # started again after a stop
             self._supervisor = Supervisor(f"broker-{config.broker_id}", log)
         self.logs = await asyncio.to_thread(
@@ -197,9 +203,17 @@ class Broker:
         await self._shutdown(clean=False)
 
     async def _shutdown(self, *, clean: bool, outcome: str | None = None) -> None:
+        # A connection accepted just before the server closed may get its handler only
+        # after this: that handler sees _stopping and ends at once.
+        self._stopping = True
+        self._ready.set()  # handlers waiting for the start go on, and end
         server, self._server = self._server, None
         if server is not None:
             server.close()
+            # Python 3.13+: every connection the server accepted, a handler or not yet.
+            clients = getattr(server, "close_clients" if clean else "abort_clients", None)
+            if clients is not None:
+                clients()
         # Closing the transports ends each connection handler at its next read; handlers
         # are cancelled only if one does not finish in time.
         for writer in list(self._writers):
@@ -207,20 +221,21 @@ class Broker:
                 writer.close()
             else:
                 writer.transport.abort()
-        if self._connections:
-            _, stuck = await asyncio.wait(list(self._connections), timeout=5)
-            for task in stuck:
-                task.cancel()
+        await self._end_handlers()
         # Flushes already running complete either way (a thread cannot be interrupted):
         # wait for them before the supervisor cancels what is left.
         if self._flushes:
             await asyncio.wait(list(self._flushes.values()), timeout=30)
         await self._supervisor.aclose()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        self._connections.clear()
-        self._writers.clear()
         if server is not None:
-            await server.wait_closed()
+            # Since Python 3.12 this waits until every connection is dropped (before, it
+            # returned at once): those of handlers that started late too.
+            try:
+                await asyncio.wait_for(server.wait_closed(), _HANDLER_END_S)
+            except asyncio.TimeoutError:
+                log.warning("broker %d: connections still open after close", self.broker_id)
+        await self._end_handlers()
+        self._writers.clear()
         if self.zookeeper is not None:
             await self.zookeeper.close()
             self.zookeeper = None
@@ -235,6 +250,19 @@ class Broker:
             log.info("broker %d %s", self.broker_id, "stopped" if clean else "crashed")
         else:
             log.debug("broker %d %s", self.broker_id, outcome)
+
+    async def _end_handlers(self) -> None:
+        """Wait for the connection handlers to end (their sockets are closed), those that
+        start meanwhile too; cancel what is still running after ``_HANDLER_END_S``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _HANDLER_END_S
+        while self._connections:
+            handlers = list(self._connections)
+            _, stuck = await asyncio.wait(handlers, timeout=max(deadline - loop.time(), 0))
+            for task in stuck:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+            self._connections.difference_update(handlers)
 
     # -- ZooKeeper registration (ZOOKEEPER §2) ------------------------------------------
 
@@ -328,6 +356,8 @@ class Broker:
         log.debug("broker %d: connection from %s", self.broker_id, peer)
         try:
             await self._ready.wait()
+            if self._stopping:
+                return  # accepted as the broker stopped: closed in finally
             while True:
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
                 if not 1 <= size <= self.config.max_socket_request_bytes:

@@ -244,17 +244,46 @@ class Conversation(Generic[T]):
         self.outbox_bytes += len(frame)
         return exchange
 
+    def _check_request(self, frame: bytes) -> int:
+        """The answer bound of a request ``send_request`` would queue (it raises as that)."""
+        self._check_open()
+        limit = answer_limit(frame)
+        if limit is None:
+            raise MalformedFrameError("a produce gets no answer: use send_produce")
+        return limit
+
+    def _check_produce(self, frame: bytes, confirm: bool) -> bytes | None:
+        """The confirm probe ``send_produce`` would queue behind ``frame`` (None without
+        confirm); raises as that."""
+        self._check_open()
+        if confirm:
+            topic, partition = confirm_target(frame)
+            if partition < -1:
+                raise InvalidPartitionError(f"partition {partition} is not valid for a produce")
+            return encode_offsets_request(topic, max(partition, 0), LATEST, 1)
+        if _request_type(frame) not in _PRODUCE_TYPES:
+            raise MalformedFrameError("send_produce takes PRODUCE or MULTIPRODUCE frames")
+        return None
+
+    def request_size(self, frame: bytes) -> int:
+        """The bytes :meth:`send_request` would add to the outbox for ``frame``, checking
+        it as that does (so a caller can wait for room first); queues nothing."""
+        self._check_request(frame)
+        return len(frame)
+
+    def produce_size(self, frame: bytes, *, confirm: bool = False) -> int:
+        """The bytes :meth:`send_produce` would add to the outbox (the frame, and its
+        probe with ``confirm``), checking ``frame`` as that does; queues nothing."""
+        probe = self._check_produce(frame, confirm)
+        return len(frame) + (len(probe) if probe is not None else 0)
+
     def send_request(self, frame: bytes, token: T) -> Exchange[T]:
         """Queue a request that expects an answer (FETCH, MULTIFETCH, OFFSETS).
 
         Its answer comes out of :meth:`receive_data` with ``token``. Raises
         :class:`MalformedFrameError` for a produce or a frame that is not a request.
         """
-        self._check_open()
-        limit = answer_limit(frame)
-        if limit is None:
-            raise MalformedFrameError("a produce gets no answer: use send_produce")
-        return self._queue(frame, token, limit)
+        return self._queue(frame, token, self._check_request(frame))
 
     def send_produce(
         self, frame: bytes, token: T | None = None, *, confirm: bool = False
@@ -266,16 +295,10 @@ class Conversation(Generic[T]):
         Without, ``token`` (if any) is listed in :meth:`data_to_send`'s ``written`` when
         the frame is handed out. Nothing is queued if the frame is refused.
         """
-        self._check_open()
-        if confirm:
-            topic, partition = confirm_target(frame)
-            if partition < -1:
-                raise InvalidPartitionError(f"partition {partition} is not valid for a produce")
-            probe = encode_offsets_request(topic, max(partition, 0), LATEST, 1)
+        probe = self._check_produce(frame, confirm)
+        if probe is not None:
             self._queue(frame, None, None)
             return self._queue(probe, token, 6 + 8)
-        if _request_type(frame) not in _PRODUCE_TYPES:
-            raise MalformedFrameError("send_produce takes PRODUCE or MULTIPRODUCE frames")
         exchange = self._queue(frame, token, None)
         return exchange if token is not None else None
 

@@ -198,7 +198,8 @@ def offset_seq(offsets: np.ndarray[Any, Any], fetched_at: int) -> np.ndarray[Any
     starts_run[:1] = True
     np.not_equal(offsets[1:], offsets[:-1], out=starts_run[1:])
     run_start = np.maximum.accumulate(np.where(starts_run, index, 0))
-    return (index - run_start + (offsets == fetched_at)).astype(np.int32)  # type: ignore[no-any-return, unused-ignore]
+    # Any from NumPy's stubs; without the spark extra, NumPy itself is Any (unused).
+    return (index - run_start + (offsets == fetched_at)).astype(np.int32)  # type: ignore[no-any-return,unused-ignore]
 
 
 class _BatchBuilder:

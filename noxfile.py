@@ -1,0 +1,40 @@
+"""CI sessions beyond README's test command (which runs the whole suite on one Python).
+
+* ``fast``: the fast tier (``pytest -m "not slow"``) on every other supported Python,
+  with the spark extra (PySpark 4 installs on each: 4.2 on 3.10, 4.3 on 3.11 to 3.13);
+* ``no-spark``: the whole suite without the spark extra, where every test that needs
+  PySpark must skip cleanly (the extra is optional).
+
+``.ci/run`` runs them all after README's command; ``nox -s fast-3.13`` runs one. Each
+session installs the package in editable mode, so the tests import this checkout, and
+arguments after ``--`` replace the session's pytest arguments. nox looks for
+``python3.10`` etc. on PATH; with pyenv, select the versions first (``.ci/run`` sets
+``PYENV_VERSION``). In CI (``CI`` set) a missing interpreter fails the run.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["fast", "no-spark"]
+
+#: Every Python the package supports (pyproject.toml's requires-python and classifiers say
+#: the same). README's command runs the whole suite on the CI machine's default, 3.11.
+SUPPORTED = ("3.10", "3.11", "3.12", "3.13")
+FULL_SUITE_PYTHON = "3.11"
+
+
+@nox.session(python=[v for v in SUPPORTED if v != FULL_SUITE_PYTHON])
+def fast(session: nox.Session) -> None:
+    """The fast tier on one Python, with the spark extra."""
+    session.install("-e", ".[test,spark]")
+    session.run("python", "-m", "pytest", *(session.posargs or ["-m", "not slow"]))
+
+
+@nox.session(python="3.12", name="no-spark")
+def no_spark(session: nox.Session) -> None:
+    """The whole suite without the spark extra: the Spark tests skip, never error."""
+    session.install("-e", ".[test]")
+    session.run("python", "-c", "import importlib.util as u; assert not u.find_spec('pyspark')")
+    session.run("python", "-m", "pytest", *session.posargs)
