@@ -19,9 +19,10 @@ frame splitting and the bound on each answer's size. This module adds what needs
   one, failing everything outstanding with a typed error that says whether each request
   may have reached the broker.
 
-Confirm mode closes the gap of 0.7's unacknowledged produce (DESIGN.md): an OFFSETS request
-pipelined behind a produce is answered only after the broker processed the produce, and a
-broker that refuses a produce closes the connection instead.
+Confirm mode closes the gap of 0.7's unacknowledged produce: the connection's
+:class:`~aiokafka07.confirm.Confirmer` proves from the partition's log end that the broker
+appended what the produce wrote (a broker closes the connection on most refusals, but
+drops a message over its ``max.message.size`` silently).
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ import socket
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
+from .confirm import Confirmer
 from .errors import (
     KafkaConnectionError,
     MessageTooLargeError,
-    ProduceNotConfirmedError,
     ProtocolError,
     RequestTimeoutError,
 )
@@ -153,8 +154,15 @@ class BrokerConnection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._closed: KafkaConnectionError | None = None
         self._lost = asyncio.Event()
-        # Futures of confirmed produces whose probe is outstanding (answers are offsets).
-        self._probes: set[asyncio.Future[Any]] = set()
+        # Whether this client ended the connection (close(), abort()), not the broker.
+        self._closed_locally = False
+        self._confirmer = Confirmer(
+            str(address),
+            self.request_timeout_ms,
+            send_request=self._queue_request,
+            send_produce=self._queue_produce,
+            broken=self._fail_with,
+        )
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -220,7 +228,9 @@ class BrokerConnection(asyncio.Protocol):
         wait = check_ms("BrokerConnection.close", "timeout_ms", timeout_ms, timeout) / 1000
         if self._closed is None:
             log.debug("closing the connection to %s", self.address)
+            self._closed_locally = True
             pending = [f for f in self._conversation.tokens() if not f.done()]
+            pending += self._confirmer.pending()
             if pending:
                 await asyncio.wait(pending, timeout=wait)
         self._fail(KafkaConnectionError(f"connection to {self.address} closed"))
@@ -232,6 +242,8 @@ class BrokerConnection(asyncio.Protocol):
 
     def abort(self) -> None:
         """Drop the connection at once; everything outstanding fails."""
+        if self._closed is None:
+            self._closed_locally = True
         self._fail(KafkaConnectionError(f"connection to {self.address} aborted"), abort=True)
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -318,6 +330,7 @@ class BrokerConnection(asyncio.Protocol):
             self._reject(
                 future, KafkaConnectionError(str(reason), broker=broker, maybe_delivered=False)
             )
+        self._confirmer.close(self._closed, local=self._closed_locally)
         self._wake_writers()
         transport = self._transport
         if transport is not None and not transport.is_closing():
@@ -355,7 +368,6 @@ class BrokerConnection(asyncio.Protocol):
         def ended(_: asyncio.Future[Any]) -> None:
             handle.cancel()
             if future.cancelled():
-                self._probes.discard(future)
                 self._conversation.cancel(exchange)
 
         future.add_done_callback(ended)
@@ -439,10 +451,21 @@ class BrokerConnection(asyncio.Protocol):
         :class:`~aiokafka07.errors.MalformedFrameError` and closes the connection.
         """
         self._check_open()
+        return await self._answer(self._queue_request(frame))
+
+    def _queue_request(self, frame: bytes) -> asyncio.Future[bytes]:
+        """Queue a request now; its answer's future is bounded by the request timeout."""
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._watch(future, self._conversation.send_request(frame, future))
         self._queued()
-        return await self._answer(future)
+        return future
+
+    def _queue_produce(self, frame: bytes) -> asyncio.Future[None]:
+        """Queue a PRODUCE / MULTIPRODUCE now; the future is resolved once it is written."""
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._conversation.send_produce(frame, written)
+        self._queued()
+        return written
 
     async def _answer(self, future: asyncio.Future[T]) -> T:
         """Flow control, then ``future``'s result; a caller cancelled meanwhile cancels
@@ -471,61 +494,36 @@ class BrokerConnection(asyncio.Protocol):
         the ``submit_produce`` calls (and of every other request call), since this queues
         synchronously. The caller applies flow control with :meth:`drain` afterwards.
 
-        With ``confirm`` the future gets the partition's latest offset once the broker
-        processed the produce (an OFFSETS probe pipelined behind it), or
+        With ``confirm`` the future gets the last entry's log end once the partitions'
+        logs show every byte the produce wrote (:mod:`aiokafka07.confirm`; a frame with
+        entries for partition -1 needs :meth:`prepare_confirm` first), or
         :class:`ProduceNotConfirmedError` / :class:`RequestTimeoutError` (may have been
         delivered) or :class:`KafkaConnectionError` with ``maybe_delivered`` False (never
         written). Without, it gets None once the frame is written to the socket.
-        Cancelling the future before the frame is written drops the probe, not the frame.
+        Cancelling the future never takes the frame back.
         """
         self._check_open()
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[int | None] = loop.create_future()
-        if not confirm:
-            self._conversation.send_produce(frame, result)
-            self._queued()
-            return result
-        probe = self._conversation.send_produce(frame, result, confirm=True)
-        assert probe is not None
-        self._probes.add(result)
-        self._queued()
-        self._watch(result, probe)
-        return result
+        if confirm:
+            return self._confirmer.submit(frame)
+        return self._queue_produce(frame)  # type: ignore[return-value]
+
+    async def prepare_confirm(self, frame: bytes) -> None:
+        """Make ``frame`` ready for :meth:`submit_produce` with confirm: learn the
+        partition count of each topic it produces to partition -1 (one MULTIFETCH per
+        topic and connection). Raises :class:`KafkaConnectionError` (never written) if
+        the connection fails meanwhile."""
+        self._check_open()
+        await self._confirmer.prepare(frame)
 
     def _resolve(self, future: asyncio.Future[Any], body: bytes) -> None:
         """An answer arrived for ``future`` (a confirm probe's is decoded here)."""
-        if future.done():
-            return  # cancelled after it was written: the answer is dropped
-        if future not in self._probes:
+        if not future.done():  # else cancelled after it was written: the answer is dropped
             future.set_result(body)
-            return
-        try:
-            offsets = decode_offsets_response(body).offsets
-        except ProtocolError as exc:
-            self._reject(future, exc)  # a well-framed but undecodable answer
-        else:
-            self._probes.discard(future)
-            future.set_result(offsets[0] if offsets else 0)
 
     def _reject(self, future: asyncio.Future[Any], exc: Exception) -> None:
-        """Fail ``future``; for a confirm probe, the failure says what it means for the
-        produce (a timeout, or never written, stays as it is)."""
-        if future.done():
-            return
-        if future in self._probes:
-            self._probes.discard(future)
-            if not isinstance(exc, RequestTimeoutError) and (
-                not isinstance(exc, KafkaConnectionError) or exc.maybe_delivered
-            ):
-                error = ProduceNotConfirmedError(
-                    f"{self.address} did not confirm the produce: it refused it (invalid "
-                    f"topic or partition, corrupt data), failed or broke the protocol ({exc})",
-                    broker=str(self.address),
-                    maybe_delivered=True,
-                )
-                error.__cause__ = exc
-                exc = error
-        future.set_exception(exc)
+        """Fail ``future`` (unless it is done already)."""
+        if not future.done():
+            future.set_exception(exc)
 
     async def fetch(self, topic: str, partition: int, offset: int, max_size: int) -> FetchResponse:
         """FETCH: raw message-set bytes (check ``error_code``; decode with ``.decode``)."""
@@ -556,10 +554,12 @@ class BrokerConnection(asyncio.Protocol):
     ) -> int | None:
         """PRODUCE payloads as one message set (one wrapper when compressed).
 
-        With ``confirm`` it returns the broker's latest offset of the partition once the
-        broker processed the produce, or raises :class:`ProduceNotConfirmedError` if the
-        connection closed first (the broker refused it, or went away). Without, it
-        returns once the frame is queued (after flow control).
+        With ``confirm`` it returns the partition's log end once the log shows every
+        byte the produce wrote (:mod:`aiokafka07.confirm`), or raises
+        :class:`ProduceNotConfirmedError` if the connection closed first (the broker
+        refused it, or went away) or the log did not grow by those bytes within
+        ``request_timeout_ms`` (the broker dropped it). Without, it returns once the
+        frame is queued (after flow control).
         """
         message_set = encode_message_set(payloads, compression=compression)
         return await self.produce_message_set(topic, partition, message_set, confirm=confirm)
@@ -608,6 +608,8 @@ class BrokerConnection(asyncio.Protocol):
         return await self._produce(frame, confirm)
 
     async def _produce(self, frame: bytes, confirm: bool) -> int | None:
+        if confirm:
+            await self.prepare_confirm(frame)
         future = self.submit_produce(frame, confirm=confirm)
         if confirm:
             return await self._answer(future)

@@ -204,12 +204,32 @@ class RequestTimeoutError(KafkaConnectionError):
 
 
 class ProduceNotConfirmedError(KafkaConnectionError):
-    """The connection closed before the broker confirmed a produce.
+    """The broker did not confirm a produce (confirm mode: :mod:`aiokafka07.confirm`).
 
-    A 0.7 broker closes the connection when it refuses a produce (invalid partition or
-    topic, corrupt message, unknown codec); a broker that crashed looks the same. Nothing
-    was appended in the first case; in the second it may have been.
+    Either the connection closed before the proof came: a 0.7 broker closes it when it
+    refuses a produce (invalid partition or topic, corrupt message, unknown codec), and a
+    broker that crashed looks the same (nothing was appended in the first case; in the
+    second it may have been). Or (``processed`` True) the broker processed the request,
+    but the partition's log did not grow by the bytes it wrote within the request
+    timeout: a 0.7 broker drops a produce with a message over its ``max.message.size``
+    without closing the connection, and a broker that flushes its log less often than
+    the timeout looks the same. ``partitions`` names the (topic, partition) entries of
+    the request that were not confirmed (partition -1: the broker's choice), None when
+    none of them was.
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        broker: str | None = None,
+        maybe_delivered: bool = False,
+        processed: bool = False,
+        partitions: frozenset[tuple[str, int]] | None = None,
+    ) -> None:
+        super().__init__(message, broker=broker, maybe_delivered=maybe_delivered)
+        self.processed = processed
+        self.partitions = partitions
 
 
 class QueueFullError(KafkaError):

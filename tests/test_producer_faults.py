@@ -23,7 +23,7 @@ from aiokafka07.errors import (
     RequestTimeoutError,
 )
 from aiokafka07.producer import Producer, ProduceResult
-from aiokafka07.protocol import Message
+from aiokafka07.protocol import Message, entry_size
 
 from .garbage_server import GarbageServer, Reply, frame
 from .test_connection import offsets_frame, outcome
@@ -45,36 +45,55 @@ async def closed_in_time(producer: Producer, timeout: float, bound: float) -> Ex
     return result
 
 
-# What a "broker" may answer to the OFFSETS probe that confirms a produce. The produce
-# itself gets no answer (the first reply of each pair is empty). Six of these made
-# send_and_wait() hang before the producer caught every outcome.
-CONFIRM_ANSWERS: dict[str, tuple[Reply, type[Exception] | None]] = {
-    "size 0": (Reply(struct.pack(">i", 0)), ProduceNotConfirmedError),
-    "size 1": (Reply(frame(b"\0")), ProduceNotConfirmedError),
-    "negative size": (Reply(struct.pack(">i", -5) + b"\0" * 8), ProduceNotConfirmedError),
-    "huge size": (Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 64), ProduceNotConfirmedError),
-    "more offsets than asked": (Reply(offsets_frame(1, 2)), ProduceNotConfirmedError),
-    "truncated, then close": (Reply(offsets_frame(1)[:-3], close=True), ProduceNotConfirmedError),
-    "body without a count": (Reply(frame(b"\0\0\0")), ProduceNotConfirmedError),
-    "negative count": (Reply(frame(b"\0\0\xff\xff\xff\xff")), ProduceNotConfirmedError),
-    "count without offsets": (Reply(frame(b"\0\0\0\0\0\x01")), ProduceNotConfirmedError),
-    "random bytes": (Reply(random.Random(7).randbytes(23)), ProduceNotConfirmedError),
-    "close without a byte": (Reply(close=True), ProduceNotConfirmedError),
-    "silence": (Reply(), RequestTimeoutError),
-    # A proper answer proves the produce was processed, whatever follows it.
-    "an answer, then an unasked one": (Reply(offsets_frame(5) + offsets_frame(6)), None),
-    "an error code": (Reply(frame(b"\xff\xff\0\0\0\0")), None),
+#: An OFFSETS answer showing the log grown by one entry of one byte, b"x": proof.
+GROWN = entry_size(1)
+
+# What a "broker" may answer to the OFFSETS probe that confirms a produce (the log end
+# before it was 0), what the message then ends with, and whether it was sent again. Six
+# of these made send_and_wait() hang before the producer caught every outcome.
+CONFIRM_ANSWERS: dict[str, tuple[Reply, type[Exception] | None, bool]] = {
+    "size 0": (Reply(struct.pack(">i", 0)), ProduceNotConfirmedError, True),
+    "size 1": (Reply(frame(b"\0")), ProduceNotConfirmedError, True),
+    "negative size": (Reply(struct.pack(">i", -5) + b"\0" * 8), ProduceNotConfirmedError, True),
+    "huge size": (
+        Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 64),
+        ProduceNotConfirmedError,
+        True,
+    ),
+    "more offsets than asked": (Reply(offsets_frame(1, 2)), ProduceNotConfirmedError, True),
+    "truncated, then close": (
+        Reply(offsets_frame(GROWN)[:-3], close=True),
+        ProduceNotConfirmedError,
+        True,
+    ),
+    "body without a count": (Reply(frame(b"\0\0\0")), ProduceNotConfirmedError, True),
+    "negative count": (Reply(frame(b"\0\0\xff\xff\xff\xff")), ProduceNotConfirmedError, True),
+    "count without offsets": (Reply(frame(b"\0\0\0\0\0\x01")), ProduceNotConfirmedError, True),
+    "random bytes": (Reply(random.Random(7).randbytes(23)), ProduceNotConfirmedError, True),
+    "close without a byte": (Reply(close=True), ProduceNotConfirmedError, True),
+    "silence": (Reply(), RequestTimeoutError, True),
+    # Processed, and the log did not grow: what a broker does with a message over its
+    # max.message.size. Not sent again: it would be dropped again.
+    "no growth": (Reply(offsets_frame(0)), ProduceNotConfirmedError, False),
+    # The log grew by the message: proof, whatever follows it.
+    "an answer, then an unasked one": (
+        Reply(offsets_frame(GROWN) + offsets_frame(GROWN + 1)),
+        None,
+        False,
+    ),
+    "an error code": (Reply(frame(b"\xff\xff\0\0\0\x01" + struct.pack(">q", GROWN))), None, False),
 }
 
 
 @pytest.mark.parametrize("case", list(CONFIRM_ANSWERS))
 async def test_every_kind_of_confirm_answer_ends_the_message(case: str) -> None:
-    reply, expected = CONFIRM_ANSWERS[case]
-    # The same answer on every attempt (a connection the client kept, or a new one).
-    async with GarbageServer([Reply(), reply] * 3) as server:
+    reply, expected, retried = CONFIRM_ANSWERS[case]
+    # Each connection: the log end before the first produce (0), nothing for the produce,
+    # the answer under test; then the same for produces sent again on that connection.
+    async with GarbageServer([Reply(offsets_frame(0)), *[Reply(), reply] * 3]) as server:
         producer = Producer(brokers=static(server), **FAST)  # type: ignore[arg-type]
         await producer.start()
-        result = await outcome(producer.send_and_wait("t", b"x"))
+        result = await outcome(producer.send_and_wait("t", b"x", partition=(0, 0)))
         failed = await closed_in_time(producer, timeout=2, bound=4)
     metrics = producer.metrics
     assert (metrics.queued_messages, metrics.queued_bytes) == (0, 0)
@@ -85,11 +104,11 @@ async def test_every_kind_of_confirm_answer_ends_the_message(case: str) -> None:
     assert isinstance(result, expected), repr(result)
     assert result.maybe_delivered  # written, never confirmed
     assert metrics.messages_failed == 1
-    assert metrics.retries == 1  # unconfirmed: retried once (retries=1), then failed
+    assert metrics.retries == (1 if retried else 0)  # retries=1, then failed
     assert isinstance(failed, ProducerClosedError)
     assert failed.undelivered == 1
     # The report names the place and carries the cause's own text.
-    assert f"t/0--1: 1 x {type(result).__name__}: {result}" in str(failed)
+    assert f"t/0-0: 1 x {type(result).__name__}: {result}" in str(failed)
 
 
 async def test_failed_messages_give_their_buffer_space_back() -> None:
@@ -157,7 +176,7 @@ async def test_interrupted_flush_then_close_ends_everything_in_time() -> None:
     async with GarbageServer() as server:  # reads everything, answers nothing
         producer = Producer(brokers=static(server), request_timeout_ms=30_000, linger_ms=1000)
         await producer.start()
-        futures = [await producer.send("t", b"m%d" % i) for i in range(2500)]
+        futures = [await producer.send("t", b"m%d" % i, partition=(0, 0)) for i in range(2500)]
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(producer.flush(), 0.3)
         assert not any(f.done() for f in futures)  # nobody confirms
@@ -176,10 +195,10 @@ async def test_interrupted_flush_then_close_ends_everything_in_time() -> None:
 
 
 async def test_close_during_retries_fails_them_with_their_cause() -> None:
-    async with GarbageServer([Reply(), Reply(close=True)]) as server:
+    async with GarbageServer([Reply(offsets_frame(0)), Reply(), Reply(close=True)]) as server:
         producer = Producer(brokers=static(server), retries=5, retry_backoff_ms=2000, linger_ms=0)
         await producer.start()
-        future = await producer.send("t", b"x")
+        future = await producer.send("t", b"x", partition=(0, 0))
         await eventually(lambda: producer.metrics.retries > 0, 5)  # a retry waits
         failed = await closed_in_time(producer, timeout=0.2, bound=2)
         assert isinstance(failed, ProducerClosedError)

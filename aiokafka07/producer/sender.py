@@ -166,6 +166,8 @@ class Sender:
                 raise KafkaConnectionError(f"broker {broker_id} is not in the cluster")
             frame = self._frame(batches)
             conn = await self.pool.connection(address)
+            if self.confirm:
+                await conn.prepare_confirm(frame)  # for partition -1: learns the count
             future = conn.submit_produce(frame, confirm=self.confirm)
         except Exception as exc:
             self.settle(broker_id, batches, exc)
@@ -219,6 +221,18 @@ class Sender:
                 self.outcomes.deliver(batch, result)
             return
         address = self.cluster.brokers.get(broker_id) or f"broker {broker_id}"
+        if isinstance(exc, ProduceNotConfirmedError) and exc.processed:
+            # The broker processed the request; what its log shows is delivered, what it
+            # does not is failed, not retried: it drops a message over its
+            # max.message.size every time (and one that shows up late is in the log).
+            log.warning("produce to %s not confirmed: %s", address, exc)
+            for batch in batches:
+                if exc.partitions is None or (batch.topic, batch.partition) in exc.partitions:
+                    self.outcomes.fail(batch, exc)
+                else:
+                    result = ProduceResult(batch.topic, broker_id, batch.partition, True)
+                    self.outcomes.deliver(batch, result)
+            return
         if isinstance(exc, KafkaConnectionError):
             retriable = not exc.maybe_delivered or (
                 self.retry_unconfirmed
