@@ -243,8 +243,10 @@ class NoBrokersError(KafkaError):
 class ProducerClosedError(KafkaError):
     """The producer is closed, or closed without delivering everything it accepted.
 
-    ``undelivered`` counts the messages that were not delivered and ``errors`` maps each
-    (topic, broker id, partition) to the last error seen for it.
+    ``undelivered`` counts the messages that were not delivered; ``causes`` maps each
+    (topic, broker id, partition) to how many failed there of each cause (the exception
+    class name), so they add up to ``undelivered``; ``errors`` maps each place to the
+    last error seen for it.
     """
 
     def __init__(
@@ -253,10 +255,12 @@ class ProducerClosedError(KafkaError):
         *,
         undelivered: int = 0,
         errors: dict[tuple[str, int | None, int], BaseException] | None = None,
+        causes: dict[tuple[str, int | None, int], dict[str, int]] | None = None,
     ) -> None:
         super().__init__(message)
         self.undelivered = undelivered
         self.errors = errors or {}
+        self.causes = causes or {}
 
 
 class ConsumerStoppedError(KafkaError):

@@ -7,6 +7,7 @@ block)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 import struct
 import time
@@ -24,6 +25,7 @@ from aiokafka07.errors import (
 )
 from aiokafka07.producer import Producer, ProduceResult
 from aiokafka07.protocol import Message, entry_size
+from aiokafka07.testing.hostile import SilentBroker
 
 from .garbage_server import GarbageServer, Reply, frame
 from .test_connection import offsets_frame, outcome
@@ -310,3 +312,32 @@ async def test_a_crashed_sender_fails_its_work_and_a_new_one_takes_over(
         assert isinstance(failed, ProducerClosedError)
         assert failed.undelivered == 3
         assert all_values(await read_logs(cluster, "t")) == [b"after"]
+
+
+async def test_close_counts_every_undelivered_message_by_cause_within_its_timeout() -> None:
+    """40,000 sends to a broker that never reads, then close(timeout_ms=2000): close
+    returns in time, and its error counts the messages of each cause (written but not
+    confirmed, never written), which add up to what was accepted. A confirmation cut
+    short by this client's close is not blamed on the broker."""
+    async with SilentBroker() as broker:
+        producer = Producer(brokers=broker.broker_list, request_timeout_ms=30_000)
+        await producer.start()
+        futures = [await producer.send("t", b"m%05d" % i, partition=(0, 0)) for i in range(40_000)]
+        started = time.monotonic()
+        failed = await outcome(producer.close(timeout_ms=2000), 30)
+        took = time.monotonic() - started
+    assert took < 2.0 + 1.0, took
+    assert isinstance(failed, ProducerClosedError)
+    by_future = collections.Counter(type(f.exception()).__name__ for f in futures)
+    assert failed.undelivered == 40_000 == sum(by_future.values())
+    assert failed.causes == {("t", 0, 0): dict(by_future)}
+    assert set(by_future) == {"ProduceNotConfirmedError", "ProducerClosedError"}
+    for name, count in by_future.items():
+        assert f"t/0-0: {count} x {name}: " in str(failed)
+    unconfirmed = next(
+        f.exception() for f in futures if isinstance(f.exception(), ProduceNotConfirmedError)
+    )
+    assert "refused" not in str(unconfirmed)
+    assert "closed" in str(unconfirmed)
+    assert producer.metrics.messages_sent == 0
+    assert producer.metrics.messages_failed == 40_000
