@@ -24,6 +24,7 @@ from aiokafka07.protocol import (
 )
 from aiokafka07.testing import KafkaCluster
 
+from .test_cli_common import one_error_line, run_cli
 from .test_producer import all_values, read_logs
 from .wire import address_of
 
@@ -209,3 +210,22 @@ async def test_producer_static_mode_confirms_through_partition_minus_one(
             await producer.close()
         logs = await read_logs(cluster, "spread")
         assert sorted(all_values(logs)) == sorted(b"m%d" % i for i in range(200))
+
+
+async def test_console_producer_exits_non_zero_naming_the_drop(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """``aiokafka07 produce`` with a message the broker drops: no "produced 1 message",
+    exit status 1 and one line saying why; the line beside it is delivered."""
+    async with kafka_cluster(1, num_partitions=1) as cluster:
+        code, _, err = await run_cli(
+            "produce", "big", "--zookeeper", zookeeper, "--max-message-size", str(RELAXED),
+            "--request-timeout-ms", "2000", "--linger-ms", "0",
+            stdin=b"small\n" + BIG + b"\n",
+        )  # fmt: skip
+        assert code == 1, err
+        line = one_error_line(err, "produce")
+        assert "1 of 2 messages were not delivered" in line
+        assert "max.message.size" in line
+        assert "produced" not in err
+        assert all_values(await read_logs(cluster, "big")) == [b"small"]
