@@ -59,7 +59,13 @@ from .protocol import (
 from .protocol.conversation import Conversation, Exchange
 from .protocol.messages import BytesLike
 from .supervisor import mark_retrieved
-from .validation import check_int, check_ms, check_optional_int, renamed_options_to_ms
+from .validation import (
+    check_int,
+    check_ms,
+    check_optional_int,
+    check_partition,
+    renamed_options_to_ms,
+)
 
 __all__ = ["BrokerAddress", "BrokerConnection", "check_message_sizes"]
 
@@ -561,6 +567,7 @@ class BrokerConnection(asyncio.Protocol):
         ``request_timeout_ms`` (the broker dropped it). Without, it returns once the
         frame is queued (after flow control).
         """
+        check_partition(partition, produce=True)
         message_set = encode_message_set(payloads, compression=compression)
         return await self.produce_message_set(topic, partition, message_set, confirm=confirm)
 
@@ -568,6 +575,7 @@ class BrokerConnection(asyncio.Protocol):
         self, topic: str, partition: int, message_set: BytesLike, *, confirm: bool = False
     ) -> int | None:
         """PRODUCE an already encoded message set (e.g. wrappers kept by a mirror)."""
+        check_partition(partition, produce=True)
         check_message_sizes(message_set, self.max_message_size)
         frame = encode_produce_request(topic, partition, message_set)
         return await self._produce(frame, confirm)
@@ -598,6 +606,8 @@ class BrokerConnection(asyncio.Protocol):
         check for callers that checked every message already."""
         if confirm and not entries:
             raise ValueError("nothing to confirm: no produce entries")
+        for _, partition, _ in entries:
+            check_partition(partition, produce=True)
         if check_sizes:
             for _, _, message_set in entries:
                 check_message_sizes(message_set, self.max_message_size)

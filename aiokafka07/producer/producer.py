@@ -371,11 +371,17 @@ class Producer:
             self._valid_topics.add(topic)
 
     def _validated(
-        self, topic: str, value: Any, partition: object, *, raw: EncodedMessage | None = None
-    ) -> tuple[bytes, tuple[int, int] | None]:
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: object,
+        *,
+        raw: EncodedMessage | None = None,
+    ) -> tuple[bytes, Any, tuple[int, int] | None]:
         """Everything about a message that can be checked before waiting for space:
-        running, topic, payload, size, the partition pair. Returns (what to queue, the
-        pinned partition)."""
+        running, topic, payload, size, key, the partition pair. Returns (what to queue,
+        the key as routing uses it, the pinned partition)."""
         self._check_running()
         self._check_topic(topic)
         if raw is not None:
@@ -388,26 +394,32 @@ class Producer:
                 data = serialize(value, self.value_serializer)
             check_message_size(len(data), self.max_message_size)
         pinned = None if partition is None else check_partition(partition)
-        return data, pinned
+        return data, self._router.key(key), pinned
 
     def _route(
-        self, topic: str, key: Any, pinned: tuple[int, int] | None, *, sticky: bool
+        self, topic: str, routing_key: Any, pinned: tuple[int, int] | None, *, sticky: bool
     ) -> tuple[tuple[int, int], Route | None]:
-        """(target, how to route it again on a retry) for a message or a batch. Without a
-        key or partition: the topic's sticky target when ``sticky``, else a random one."""
+        """(target, how to route it again on a retry) for a message or a batch, given the
+        key as routing uses it (:meth:`Router.key`). Without a key or partition: the
+        topic's sticky target when ``sticky``, else a random one."""
         if pinned is not None:
             return pinned, (None, pinned)
-        routing_key = self._router.key(key)
         if routing_key is not None:
             return self._router.by_key(topic, routing_key), (routing_key, None)
         target = self._accumulator.sticky_target(topic) if sticky else None
         return target or self._router.random_target(topic), None
 
     def _add(
-        self, topic: str, data: bytes, key: Any, pinned: tuple[int, int] | None, *, raw: bool
+        self,
+        topic: str,
+        data: bytes,
+        routing_key: Any,
+        pinned: tuple[int, int] | None,
+        *,
+        raw: bool,
     ) -> tuple[asyncio.Future[ProduceResult], Batch]:
         """Route and queue a validated message (space was checked)."""
-        target, route = self._route(topic, key, pinned, sticky=True)
+        target, route = self._route(topic, routing_key, pinned, sticky=True)
         return self._accumulator.add(topic, target, data, route, raw=raw)
 
     async def _accept(
@@ -418,11 +430,11 @@ class Producer:
         partition: object,
         raw: EncodedMessage | None = None,
     ) -> tuple[asyncio.Future[ProduceResult], Batch]:
-        data, pinned = self._validated(topic, value, partition, raw=raw)
+        data, routing_key, pinned = self._validated(topic, value, key, partition, raw=raw)
         if self._accumulator.full():
             await self._accumulator.wait_for_space()
             self._check_running()
-        return self._add(topic, data, key, pinned, raw=raw is not None)
+        return self._add(topic, data, routing_key, pinned, raw=raw is not None)
 
     def _accept_nowait(
         self,
@@ -432,7 +444,7 @@ class Producer:
         partition: object,
         raw: EncodedMessage | None = None,
     ) -> asyncio.Future[ProduceResult]:
-        data, pinned = self._validated(topic, value, partition, raw=raw)
+        data, routing_key, pinned = self._validated(topic, value, key, partition, raw=raw)
         accumulator = self._accumulator
         if accumulator.full():
             messages, size = accumulator.settle()
@@ -440,7 +452,7 @@ class Producer:
                 f"{messages} messages ({size} bytes) are waiting to be sent; the buffer holds "
                 f"{accumulator.max_messages} messages / {accumulator.max_bytes} bytes"
             )
-        return self._add(topic, data, key, pinned, raw=raw is not None)[0]
+        return self._add(topic, data, routing_key, pinned, raw=raw is not None)[0]
 
     async def _let_senders_run(self) -> None:
         """A batch was sealed: let its sender write it now, so sending overlaps with the
@@ -461,7 +473,9 @@ class Producer:
         checked before the message is accepted: the topic name
         (:class:`InvalidTopicError`), the payload (``TypeError`` without a serializer
         for it; :class:`MessageTooLargeError`), the partition pair
-        (:class:`InvalidPartitionError`) and the key (what the partitioner raises).
+        (:class:`InvalidPartitionError`) and the key (:class:`InvalidConfigError` for
+        one whose hash is not the same in every process, such as a float or an object,
+        unless a partitioner of your own takes it; what the partitioner raises).
         """
         if key is None and partition is None and type(value) is bytes:
             # The accumulator's hot path (Accumulator.append_hot), inlined: a call costs
@@ -572,7 +586,7 @@ class Producer:
         if self._accumulator.full():
             await self._accumulator.wait_for_space()
             self._check_running()
-        target, route = self._route(topic, key, pinned, sticky=False)
+        target, route = self._route(topic, self._router.key(key), pinned, sticky=False)
         assert self._loop is not None
         future: asyncio.Future[ProduceResult] = self._loop.create_future()
         whole = Batch(topic, target[0], target[1])
