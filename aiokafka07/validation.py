@@ -255,8 +255,8 @@ def check_key(key: object) -> object:
         value = key
     else:
         raise InvalidConfigError(
-            f"a key must be str, bytes, int, bool or JavaLong (a type whose hash is the same "
-            f"in every process, as a Java producer's), not the {type(key).__name__} {key!r}; "
+            f"no Java-compatible hash for a {type(key).__name__} key ({key!r}): a key must be "
+            "str, bytes, int, bool or JavaLong, whose hash is the same in every process; "
             "convert it with key_serializer, or route with a partitioner of your own"
         )
     if not isinstance(value, int) or not -INT64_MAX - 1 <= value <= INT64_MAX:
