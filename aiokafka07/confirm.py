@@ -492,6 +492,7 @@ class Confirmer:
             return KafkaConnectionError(str(reason), broker=self.address, maybe_delivered=False)
         if isinstance(reason, RequestTimeoutError):
             return RequestTimeoutError(str(reason), broker=self.address, maybe_delivered=True)
+        refused = False
         if request.seq <= self._processed:
             text = (
                 f"{self.address} processed the produce, but the connection ended ({reason}) "
@@ -503,10 +504,13 @@ class Confirmer:
                 f"connection ({reason}) before the broker's answer came"
             )
         else:
+            refused = True
             text = (
                 f"{self.address} did not confirm the produce: it refused it (invalid topic "
                 f"or partition, corrupt data), failed or broke the protocol ({reason})"
             )
-        error = ProduceNotConfirmedError(text, broker=self.address, maybe_delivered=True)
+        error = ProduceNotConfirmedError(
+            text, broker=self.address, maybe_delivered=True, refused=refused
+        )
         error.__cause__ = reason
         return error

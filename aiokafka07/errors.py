@@ -215,7 +215,9 @@ class ProduceNotConfirmedError(KafkaConnectionError):
     without closing the connection, and a broker that flushes its log less often than
     the timeout looks the same. ``partitions`` names the (topic, partition) entries of
     the request that were not confirmed (partition -1: the broker's choice), None when
-    none of them was.
+    none of them was. ``refused`` is True when the broker closed the connection before
+    the request was proven processed: it refused the request (or one of its entries), or
+    it went away.
     """
 
     def __init__(
@@ -226,10 +228,12 @@ class ProduceNotConfirmedError(KafkaConnectionError):
         maybe_delivered: bool = False,
         processed: bool = False,
         partitions: frozenset[tuple[str, int]] | None = None,
+        refused: bool = False,
     ) -> None:
         super().__init__(message, broker=broker, maybe_delivered=maybe_delivered)
         self.processed = processed
         self.partitions = partitions
+        self.refused = refused
 
 
 class QueueFullError(KafkaError):
