@@ -483,3 +483,24 @@ async def test_a_timed_out_flush_does_not_stop_the_others_being_woken(
             assert await asyncio.wait_for(patient, 40)
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
         assert handler.stats().delivered == 2
+
+
+async def test_a_record_the_broker_drops_is_counted_dropped_not_delivered(
+    kafka_cluster: Callable[..., KafkaCluster],
+    zookeeper: str,
+    app_logger: Callable[[KafkaHandler], logging.Logger],
+) -> None:
+    """A broker whose max.message.size is below the record: it drops the produce and
+    keeps the connection open. The handler counts the record dropped, never delivered."""
+    async with kafka_cluster(1, num_partitions=1, max_message_size=1000) as cluster:
+        handler = KafkaHandler(
+            "small-logs", zookeeper=zookeeper, producer_options={"request_timeout_ms": 2000}
+        )
+        logger = app_logger(handler)
+        logger.info("short")
+        assert await handler.aflush(timeout_ms=30_000)
+        logger.info("long %s", "x" * 5000)
+        assert await handler.aflush(timeout_ms=30_000)
+        stats = handler.stats()
+        assert (stats.accepted, stats.delivered, stats.dropped, stats.waiting) == (2, 1, 1, 0)
+        assert await topic_values(cluster, "small-logs") == ["short"]
