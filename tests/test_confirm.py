@@ -132,6 +132,44 @@ async def test_partition_minus_one_is_judged_over_all_the_topics_partitions(
     await conn.close()
 
 
+async def test_another_writer_on_the_partition_neither_fails_nor_hides_a_larger_drop(
+    cluster: KafkaCluster,
+) -> None:
+    """Two connections write one partition at once. The other's bytes make nobody's
+    produce fail, and they hide a drop only when they outweigh it: here a few KB
+    against 2 MB, so the drop is still caught (what confirm proves with several writers:
+    the log grew by at least this connection's bytes)."""
+    one = await connect(cluster, request_timeout_ms=1500)
+    other = await connect(cluster, request_timeout_ms=1500)
+    mine = [
+        one.submit_produce(produce("shared", 0, b"one-%03d" % i), confirm=True) for i in range(100)
+    ]
+    theirs = [
+        other.submit_produce(produce("shared", 0, b"other-%03d" % i), confirm=True)
+        for i in range(100)
+    ]
+    dropped = one.submit_produce(produce("shared", 0, BIG), confirm=True)
+    mine += [
+        one.submit_produce(produce("shared", 0, b"one-%03d" % i), confirm=True)
+        for i in range(100, 150)
+    ]
+    theirs += [
+        other.submit_produce(produce("shared", 0, b"other-%03d" % i), confirm=True)
+        for i in range(100, 150)
+    ]
+    results = await outcomes([*mine, *theirs, dropped])
+    error = results.pop()
+    assert isinstance(error, ProduceNotConfirmedError)
+    assert error.processed
+    assert all(isinstance(r, int) for r in results), results
+    logged = await log_values(one, "shared", 0)
+    assert sorted(logged) == sorted(
+        [b"one-%03d" % i for i in range(150)] + [b"other-%03d" % i for i in range(150)]
+    )
+    await one.close()
+    await other.close()
+
+
 async def test_a_broker_that_flushes_late_is_waited_for_and_its_data_is_readable(
     kafka_cluster: Any,
 ) -> None:
