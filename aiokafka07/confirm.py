@@ -34,8 +34,9 @@ broker lets consumers read it, grew by at least every byte this connection wrote
 with confirm up to and including this request (requests already reported failed
 excepted). With one writer per partition, every byte of the request is in the log and
 readable. With other writers, their bytes count too: a dropped request can be covered by
-at least as many bytes appended by others meanwhile (or not yet flushed when the base was
-taken), so confirm then proves that the log grew by that much, not whose bytes it holds.
+at least as many bytes that others appended meanwhile (or had appended, not yet flushed,
+when the base was read), so confirm then proves that the log grew by that much, not
+whose bytes it holds.
 No 0.7 request can say more. Produces without confirm on the same connection count as
 others.
 

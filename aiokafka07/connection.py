@@ -515,14 +515,14 @@ class BrokerConnection(asyncio.Protocol):
 
     async def prepare_confirm(self, frame: bytes) -> None:
         """Make ``frame`` ready for :meth:`submit_produce` with confirm: learn the
-        partition count of each topic it produces to partition -1 (one MULTIFETCH per
-        topic and connection). Raises :class:`KafkaConnectionError` (never written) if
-        the connection fails meanwhile."""
+        partition count of each topic it produces to partition -1 (a few FETCHes, once
+        per topic and connection). Raises :class:`KafkaConnectionError` (never written)
+        if the connection fails meanwhile."""
         self._check_open()
         await self._confirmer.prepare(frame)
 
     def _resolve(self, future: asyncio.Future[Any], body: bytes) -> None:
-        """An answer arrived for ``future`` (a confirm probe's is decoded here)."""
+        """An answer arrived for ``future``."""
         if not future.done():  # else cancelled after it was written: the answer is dropped
             future.set_result(body)
 
@@ -567,7 +567,6 @@ class BrokerConnection(asyncio.Protocol):
         ``request_timeout_ms`` (the broker dropped it). Without, it returns once the
         frame is queued (after flow control).
         """
-        check_partition(partition, produce=True)
         message_set = encode_message_set(payloads, compression=compression)
         return await self.produce_message_set(topic, partition, message_set, confirm=confirm)
 
