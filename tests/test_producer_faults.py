@@ -326,7 +326,7 @@ async def test_close_counts_every_undelivered_message_by_cause_within_its_timeou
         started = time.monotonic()
         failed = await outcome(producer.close(timeout_ms=2000), 30)
         took = time.monotonic() - started
-    assert took < 2.0 + 1.0, took
+    assert took < 2.0 + 0.2, took  # its timeout, and a little for a loaded machine
     assert isinstance(failed, ProducerClosedError)
     by_future = collections.Counter(type(f.exception()).__name__ for f in futures)
     assert failed.undelivered == 40_000 == sum(by_future.values())

@@ -322,8 +322,10 @@ class Producer:
             self._outcomes.fail(batch, exc_closed())
         await self._supervisor.aclose(timeout=max(remaining(10.0), 0.1))
         if self._own_pool:
-            # Answers still outstanding may arrive while the connections close.
-            await self._pool.close(timeout_ms=remaining(5.0) * 1000)
+            # Answers still outstanding may arrive while the connections close. A
+            # connection waits up to its timeout twice (for answers, then for the socket
+            # to close): half of what is left each.
+            await self._pool.close(timeout_ms=remaining(10.0) * 1000 / 2)
             await asyncio.sleep(0)  # let the requests' done callbacks run
         self._sender.abandon()
         if self._own_cluster and self._started:
