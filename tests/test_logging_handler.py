@@ -439,7 +439,7 @@ async def test_close_against_a_broker_that_never_reads_keeps_its_timeout_and_cou
             started = time.monotonic()
             await handler.aclose()
             took = time.monotonic() - started
-        assert took < 2.0 + 0.5, took
+        assert took < 2.0 + 0.2, took  # its timeout, and a little for a loaded machine
         assert not handler._thread.is_alive()
         stats = handler.stats()
         assert stats.waiting == 0
