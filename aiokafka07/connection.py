@@ -23,9 +23,10 @@ frame splitting and the bound on each answer's size. This module adds what needs
   one, failing everything outstanding with a typed error that says whether each request
   may have reached the broker.
 
-Confirm mode closes the gap of 0.7's unacknowledged produce (DESIGN.md): an OFFSETS request
-pipelined behind a produce is answered only after the broker processed the produce, and a
-broker that refuses a produce closes the connection instead.
+Confirm mode closes the gap of 0.7's unacknowledged produce: the connection's
+:class:`~aiokafka07.confirm.Confirmer` proves from the partition's log end that the broker
+appended what the produce wrote (a broker closes the connection on most refusals, but
+drops a message over its ``max.message.size`` silently).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
+from .confirm import Confirmer
 from .errors import (
     KafkaConnectionError,
     MessageTooLargeError,
-    ProduceNotConfirmedError,
     ProtocolError,
     RequestTimeoutError,
 )
@@ -64,7 +65,13 @@ from .protocol import (
 from .protocol.conversation import Conversation, Exchange
 from .protocol.messages import BytesLike
 from .supervisor import mark_retrieved
-from .validation import check_int, check_ms, check_optional_int, renamed_options_to_ms
+from .validation import (
+    check_int,
+    check_ms,
+    check_optional_int,
+    check_partition,
+    renamed_options_to_ms,
+)
 
 __all__ = ["BrokerAddress", "BrokerConnection", "check_message_sizes"]
 
@@ -203,8 +210,15 @@ class BrokerConnection(asyncio.Protocol):
         self._handed = 0
         self._closed: KafkaConnectionError | None = None
         self._lost = asyncio.Event()
-        # Futures of confirmed produces whose probe is outstanding (answers are offsets).
-        self._probes: set[asyncio.Future[Any]] = set()
+        # Whether this client ended the connection (close(), abort()), not the broker.
+        self._closed_locally = False
+        self._confirmer = Confirmer(
+            str(address),
+            self.request_timeout_ms,
+            send_request=self._request_now,
+            send_produce=self._produce_now,
+            broken=self._fail_with,
+        )
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -272,8 +286,10 @@ class BrokerConnection(asyncio.Protocol):
         wait = check_ms("BrokerConnection.close", "timeout_ms", timeout_ms, timeout) / 1000
         if self._closed is None:
             log.debug("closing the connection to %s", self.address)
+            self._closed_locally = True
             pending = [f for f in self._conversation.tokens() if not f.done()]
             pending += [t.future for t in self._line if t.waiting and not t.future.done()]
+            pending += self._confirmer.pending()
             if pending:
                 await asyncio.wait(pending, timeout=wait)
         self._fail(KafkaConnectionError(f"connection to {self.address} closed"))
@@ -285,6 +301,8 @@ class BrokerConnection(asyncio.Protocol):
 
     def abort(self) -> None:
         """Drop the connection at once; everything outstanding fails."""
+        if self._closed is None:
+            self._closed_locally = True
         self._fail(KafkaConnectionError(f"connection to {self.address} aborted"), abort=True)
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -366,6 +384,7 @@ class BrokerConnection(asyncio.Protocol):
         never_written = [*unwritten, *(t.future for t in line if not t.dropped)]
         for future in never_written:
             self._reject(future, type(reason)(str(reason), broker=broker, maybe_delivered=False))
+        self._confirmer.close(self._closed, local=self._closed_locally)
         transport = self._transport
         if transport is not None and not transport.is_closing():
             if abort:
@@ -402,7 +421,6 @@ class BrokerConnection(asyncio.Protocol):
         def ended(_: asyncio.Future[Any]) -> None:
             handle.cancel()
             if future.cancelled():
-                self._probes.discard(future)
                 self._conversation.cancel(exchange)
 
         future.add_done_callback(ended)
@@ -553,6 +571,23 @@ class BrokerConnection(asyncio.Protocol):
         self._submit(size, functools.partial(self._queue_request, frame, future), future)
         return await self._answer(future)
 
+    def _request_now(self, frame: bytes) -> asyncio.Future[bytes]:
+        """Queue a request at once, outside the line (the confirm ledger's OFFSETS and
+        FETCH probes: a few dozen bytes each, ordered against the produces they check,
+        which take their places in line); its answer's future is bounded by the request
+        timeout."""
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._queue_request(frame, future)
+        return future
+
+    def _produce_now(self, frame: bytes) -> asyncio.Future[None]:
+        """Queue a PRODUCE / MULTIPRODUCE at once (its turn in line has come); the
+        future is resolved once it is written."""
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._conversation.send_produce(frame, written)
+        self._queued()
+        return written
+
     def _queue_request(self, frame: bytes, future: asyncio.Future[bytes]) -> None:
         self._watch(future, self._conversation.send_request(frame, future))
         self._queued()
@@ -589,12 +624,13 @@ class BrokerConnection(asyncio.Protocol):
         :meth:`drain` before its next call: then at most this one frame waits beyond
         ``max_unsent_bytes``.
 
-        With ``confirm`` the future gets the partition's latest offset once the broker
-        processed the produce (an OFFSETS probe pipelined behind it), or
+        With ``confirm`` the future gets the last entry's log end once the partitions'
+        logs show every byte the produce wrote (:mod:`aiokafka07.confirm`; a frame with
+        entries for partition -1 needs :meth:`prepare_confirm` first), or
         :class:`ProduceNotConfirmedError` / :class:`RequestTimeoutError` (may have been
         delivered) or :class:`KafkaConnectionError` with ``maybe_delivered`` False (never
         written). Without, it gets None once the frame is written to the socket.
-        Cancelling the future before the frame is written drops the probe, not the frame.
+        Cancelling the future never takes the frame back.
         """
         return self._submit_produce(frame, confirm=confirm, keep=True)[0]
 
@@ -605,6 +641,8 @@ class BrokerConnection(asyncio.Protocol):
         whether it was queued at once."""
         self._check_open()
         size = self._conversation.produce_size(frame, confirm=confirm)
+        if confirm:
+            self._confirmer.check(frame)  # before it takes a place: refused at once
         result: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         enqueue = functools.partial(self._queue_produce, frame, result, confirm)
         return result, self._submit(size, enqueue, result, keep=keep, answers=confirm)
@@ -612,50 +650,31 @@ class BrokerConnection(asyncio.Protocol):
     def _queue_produce(
         self, frame: bytes, result: asyncio.Future[int | None], confirm: bool
     ) -> None:
+        """Its turn came: queue the frame (with confirm: through the ledger, which queues
+        its probes around it, and whose outcome becomes ``result``'s)."""
         if not confirm:
             self._conversation.send_produce(frame, result)
             self._queued()
             return
-        probe = self._conversation.send_produce(frame, result, confirm=True)
-        assert probe is not None
-        self._probes.add(result)
-        self._queued()
-        self._watch(result, probe)
+        _chain(self._confirmer.submit(frame), result)
+
+    async def prepare_confirm(self, frame: bytes) -> None:
+        """Make ``frame`` ready for :meth:`submit_produce` with confirm: learn the
+        partition count of each topic it produces to partition -1 (a few FETCHes, once
+        per topic and connection). Raises :class:`KafkaConnectionError` (never written)
+        if the connection fails meanwhile."""
+        self._check_open()
+        await self._confirmer.prepare(frame)
 
     def _resolve(self, future: asyncio.Future[Any], body: bytes) -> None:
-        """An answer arrived for ``future`` (a confirm probe's is decoded here)."""
-        if future.done():
-            return  # cancelled after it was written: the answer is dropped
-        if future not in self._probes:
+        """An answer arrived for ``future``."""
+        if not future.done():  # else cancelled after it was written: the answer is dropped
             future.set_result(body)
-            return
-        try:
-            offsets = decode_offsets_response(body).offsets
-        except ProtocolError as exc:
-            self._reject(future, exc)  # a well-framed but undecodable answer
-        else:
-            self._probes.discard(future)
-            future.set_result(offsets[0] if offsets else 0)
 
     def _reject(self, future: asyncio.Future[Any], exc: Exception) -> None:
-        """Fail ``future``; for a confirm probe, the failure says what it means for the
-        produce (a timeout, or never written, stays as it is)."""
-        if future.done():
-            return
-        if future in self._probes:
-            self._probes.discard(future)
-            if not isinstance(exc, RequestTimeoutError) and (
-                not isinstance(exc, KafkaConnectionError) or exc.maybe_delivered
-            ):
-                error = ProduceNotConfirmedError(
-                    f"{self.address} did not confirm the produce: it refused it (invalid "
-                    f"topic or partition, corrupt data), failed or broke the protocol ({exc})",
-                    broker=str(self.address),
-                    maybe_delivered=True,
-                )
-                error.__cause__ = exc
-                exc = error
-        future.set_exception(exc)
+        """Fail ``future`` (unless it is done already)."""
+        if not future.done():
+            future.set_exception(exc)
 
     async def fetch(self, topic: str, partition: int, offset: int, max_size: int) -> FetchResponse:
         """FETCH: raw message-set bytes (check ``error_code``; decode with ``.decode``)."""
@@ -686,10 +705,12 @@ class BrokerConnection(asyncio.Protocol):
     ) -> int | None:
         """PRODUCE payloads as one message set (one wrapper when compressed).
 
-        With ``confirm`` it returns the broker's latest offset of the partition once the
-        broker processed the produce, or raises :class:`ProduceNotConfirmedError` if the
-        connection closed first (the broker refused it, or went away). Without, it
-        returns once the frame is queued (after flow control).
+        With ``confirm`` it returns the partition's log end once the log shows every
+        byte the produce wrote (:mod:`aiokafka07.confirm`), or raises
+        :class:`ProduceNotConfirmedError` if the connection closed first (the broker
+        refused it, or went away) or the log did not grow by those bytes within
+        ``request_timeout_ms`` (the broker dropped it). Without, it returns once the
+        frame is queued (after flow control).
         """
         message_set = encode_message_set(payloads, compression=compression)
         return await self.produce_message_set(topic, partition, message_set, confirm=confirm)
@@ -698,6 +719,7 @@ class BrokerConnection(asyncio.Protocol):
         self, topic: str, partition: int, message_set: BytesLike, *, confirm: bool = False
     ) -> int | None:
         """PRODUCE an already encoded message set (e.g. wrappers kept by a mirror)."""
+        check_partition(partition, produce=True)
         check_message_sizes(message_set, self.max_message_size)
         frame = encode_produce_request(topic, partition, message_set)
         return await self._produce(frame, confirm)
@@ -728,6 +750,8 @@ class BrokerConnection(asyncio.Protocol):
         check for callers that checked every message already."""
         if confirm and not entries:
             raise ValueError("nothing to confirm: no produce entries")
+        for _, partition, _ in entries:
+            check_partition(partition, produce=True)
         if check_sizes:
             for _, _, message_set in entries:
                 check_message_sizes(message_set, self.max_message_size)
@@ -738,7 +762,9 @@ class BrokerConnection(asyncio.Protocol):
         return await self._produce(frame, confirm)
 
     async def _produce(self, frame: bytes, confirm: bool) -> int | None:
-        """Wait for room, queue ``frame``; with ``confirm``, wait for the probe's answer."""
+        """Wait for room, queue ``frame``; with ``confirm``, wait for its confirmation."""
+        if confirm:
+            await self.prepare_confirm(frame)
         future, queued = self._submit_produce(frame, confirm=confirm, keep=False)
         if confirm:
             return await self._answer(future)
@@ -752,3 +778,19 @@ class BrokerConnection(asyncio.Protocol):
 def _set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _chain(source: asyncio.Future[int | None], target: asyncio.Future[int | None]) -> None:
+    """Settle ``target`` as ``source`` settles (unless ``target`` is done: a caller that
+    gave up); ``source``'s failure is then retrieved here, never left unobserved."""
+
+    def settle(done: asyncio.Future[int | None]) -> None:
+        if done.cancelled():
+            target.cancel()
+        elif done.exception() is not None:
+            if not target.done():
+                target.set_exception(done.exception())  # type: ignore[arg-type]
+        elif not target.done():
+            target.set_result(done.result())
+
+    source.add_done_callback(settle)

@@ -204,12 +204,36 @@ class RequestTimeoutError(KafkaConnectionError):
 
 
 class ProduceNotConfirmedError(KafkaConnectionError):
-    """The connection closed before the broker confirmed a produce.
+    """The broker did not confirm a produce (confirm mode: :mod:`aiokafka07.confirm`).
 
-    A 0.7 broker closes the connection when it refuses a produce (invalid partition or
-    topic, corrupt message, unknown codec); a broker that crashed looks the same. Nothing
-    was appended in the first case; in the second it may have been.
+    Either the connection closed before the proof came: a 0.7 broker closes it when it
+    refuses a produce (invalid partition or topic, corrupt message, unknown codec), and a
+    broker that crashed looks the same (nothing was appended in the first case; in the
+    second it may have been). Or (``processed`` True) the broker processed the request,
+    but the partition's log did not grow by the bytes it wrote within the request
+    timeout: a 0.7 broker drops a produce with a message over its ``max.message.size``
+    without closing the connection, and a broker that flushes its log less often than
+    the timeout looks the same. ``partitions`` names the (topic, partition) entries of
+    the request that were not confirmed (partition -1: the broker's choice), None when
+    none of them was. ``refused`` is True when the broker closed the connection before
+    the request was proven processed: it refused the request (or one of its entries), or
+    it went away.
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        broker: str | None = None,
+        maybe_delivered: bool = False,
+        processed: bool = False,
+        partitions: frozenset[tuple[str, int]] | None = None,
+        refused: bool = False,
+    ) -> None:
+        super().__init__(message, broker=broker, maybe_delivered=maybe_delivered)
+        self.processed = processed
+        self.partitions = partitions
+        self.refused = refused
 
 
 class QueueFullError(KafkaError):
@@ -223,8 +247,10 @@ class NoBrokersError(KafkaError):
 class ProducerClosedError(KafkaError):
     """The producer is closed, or closed without delivering everything it accepted.
 
-    ``undelivered`` counts the messages that were not delivered and ``errors`` maps each
-    (topic, broker id, partition) to the last error seen for it.
+    ``undelivered`` counts the messages that were not delivered; ``causes`` maps each
+    (topic, broker id, partition) to how many failed there of each cause (the exception
+    class name), so they add up to ``undelivered``; ``errors`` maps each place to the
+    last error seen for it.
     """
 
     def __init__(
@@ -233,10 +259,12 @@ class ProducerClosedError(KafkaError):
         *,
         undelivered: int = 0,
         errors: dict[tuple[str, int | None, int], BaseException] | None = None,
+        causes: dict[tuple[str, int | None, int], dict[str, int]] | None = None,
     ) -> None:
         super().__init__(message)
         self.undelivered = undelivered
         self.errors = errors or {}
+        self.causes = causes or {}
 
 
 class ConsumerStoppedError(KafkaError):

@@ -61,6 +61,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -68,7 +69,7 @@ from typing import Any, NamedTuple
 from .backoff import Backoff
 from .cluster import parse_broker_list
 from .connection import MAX_MESSAGE_SIZE, RENAMED_TIMEOUTS
-from .errors import KafkaError, ProducerClosedError
+from .errors import KafkaError
 from .producer import Producer, ProduceResult
 from .protocol import Compression, validate_topic
 from .supervisor import CrashPolicy, Supervisor
@@ -194,7 +195,9 @@ class KafkaHandler(logging.Handler):
         self._settled = 0  # accepted records delivered or dropped
         self._waiting_bytes = 0  # of accepted records not settled yet
         self._closed = False
+        self._close_deadline: float | None = None  # time.monotonic() when close() must end
         self._broken = False  # the sender gave up: every record is dropped
+        self._final = False  # every record is counted: later outcomes change nothing
         self._drop_reported = False
         self._total_reported = False
         self._wake_pending = False
@@ -210,6 +213,7 @@ class KafkaHandler(logging.Handler):
         self._producer: Producer | None = None
         self._connect_failures = 0
         self._holding: bytes | None = None
+        self._deadline = 0.0  # (loop time) when the close steps must be done
         self._thread = threading.Thread(
             target=self._run, name=f"aiokafka07-log-{topic}", daemon=True
         )
@@ -372,6 +376,8 @@ class KafkaHandler(logging.Handler):
         with self._state:
             first = not self._closed
             self._closed = True
+            if first:
+                self._close_deadline = time.monotonic() + self.close_timeout_ms / 1000
         if first:
             self._call_soon(self._request_stop)
         if threading.current_thread() is not self._thread:
@@ -382,11 +388,14 @@ class KafkaHandler(logging.Handler):
         super().close()
 
     def _finish(self) -> None:
-        """Wait for the handler's thread (bounded), then report the drops once."""
+        """Wait for the handler's thread until ``close_timeout_ms`` after close() (it
+        ends within that), then count every record still waiting as dropped, so that
+        the counts add up from now on, and report the drops once."""
         _UNFINISHED.discard(self)
-        # The thread gives up after close_timeout_ms; allow for its last steps.
-        self._thread.join(self.close_timeout_ms / 1000 + 5.0)
+        deadline = self._close_deadline or time.monotonic()
+        self._thread.join(max(deadline - time.monotonic(), 0.0))
         with self._state:
+            self._drop_waiting()
             report = not self._total_reported
             self._total_reported = True
         self._local.busy = True  # our own reports are not records to send (or drop)
@@ -425,19 +434,27 @@ class KafkaHandler(logging.Handler):
                 self._broken = True
                 self._drop_waiting()
             try:
-                self._loop.run_until_complete(self._cancel_stragglers())
+                self._loop.run_until_complete(self._cancel_stragglers(self._left()))
                 self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             finally:
                 self._loop.close()
 
-    async def _cancel_stragglers(self) -> None:
-        """Cancel and await what is left on the loop (as :func:`asyncio.run` does), such
-        as a ZooKeeper client's tasks when a connection attempt was cut short."""
+    def _left(self) -> float:
+        """Seconds left until the thread must have ended (close_timeout_ms after close();
+        1 s when it ends for another reason)."""
+        if self._close_deadline is None:
+            return 1.0
+        return max(min(self._close_deadline - time.monotonic(), 1.0), 0.05)
+
+    async def _cancel_stragglers(self, timeout: float) -> None:
+        """Cancel and await (at most ``timeout`` seconds) what is left on the loop (as
+        :func:`asyncio.run` does), such as a ZooKeeper client's tasks when a connection
+        attempt was cut short."""
         tasks = asyncio.all_tasks() - {asyncio.current_task()}
         for task in tasks:
             task.cancel()
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
             if pending:
                 log.warning("%d tasks of the Kafka log handler did not stop", len(pending))
 
@@ -452,8 +469,18 @@ class KafkaHandler(logging.Handler):
         )
         sender.add_done_callback(self._sender_ended)
         await self._stop.wait()
+        # close() waits close_timeout_ms: the thread keeps a tenth of it for its own end.
+        loop = asyncio.get_running_loop()
+        budget = self.close_timeout_ms / 1000
+        self._deadline = loop.time() + 0.9 * budget
+
+        def left() -> float:
+            return max(self._deadline - loop.time(), 0.0)
+
         try:
-            await asyncio.wait_for(self._deliver_waiting(), self.close_timeout_ms / 1000)
+            # Most of it to hand what is buffered to the producer; the producer's close
+            # gets the rest (it delivers what it holds, then fails what is left).
+            await asyncio.wait_for(self._hand_over(), 0.6 * budget)
         except asyncio.TimeoutError:
             log.warning(
                 "closing the Kafka log handler of %s: records still waiting after %g ms are "
@@ -462,11 +489,11 @@ class KafkaHandler(logging.Handler):
                 self.close_timeout_ms,
             )
         finally:
-            await supervisor.aclose(timeout=3.0)  # a ZooKeeper connect cut short: 1 s
+            await supervisor.aclose(timeout=max(min(left(), 1.0), 0.05))
             if self._producer is not None:
-                # Cut short: nothing more is waited for.
-                with contextlib.suppress(KafkaError, asyncio.TimeoutError):
-                    await asyncio.wait_for(self._producer.close(), 1.0)
+                with contextlib.suppress(KafkaError):  # failures are counted already
+                    await self._producer.close(timeout_ms=left() * 1000)
+                await asyncio.sleep(0)  # the outcomes' callbacks (_settle) run now
 
     def _request_stop(self) -> None:
         self._stop.set()
@@ -474,9 +501,9 @@ class KafkaHandler(logging.Handler):
     def _wake_sender(self) -> None:
         self._wake.set()
 
-    async def _deliver_waiting(self) -> None:
-        """At close: let the sender hand over what is buffered, then close the producer
-        (which delivers everything it holds)."""
+    async def _hand_over(self) -> None:
+        """At close: let the sender hand what is buffered to the producer (unless Kafka
+        cannot be reached, or the sender gave up)."""
         while True:
             with self._state:
                 empty = not self._buffer and self._holding is None
@@ -488,9 +515,6 @@ class KafkaHandler(logging.Handler):
             self._progress.clear()
             self._wake_sender()
             await self._progress.wait()
-        if self._producer is not None:
-            with contextlib.suppress(ProducerClosedError):  # failures are counted already
-                await self._producer.close()
 
     async def _connect(self) -> Producer:
         """A started producer; retried with a backoff while Kafka cannot be reached."""
@@ -560,6 +584,8 @@ class KafkaHandler(logging.Handler):
         delivered = future is not None and not future.cancelled() and future.exception() is None
         report = False
         with self._state:
+            if self._final:
+                return  # counted as dropped at close already
             if delivered:
                 self._delivered += 1
             else:
@@ -569,8 +595,7 @@ class KafkaHandler(logging.Handler):
             self._waiting_bytes -= size
             ready = [w for target, w in self._waiters if target <= self._settled]
             self._waiters = [(t, w) for t, w in self._waiters if t > self._settled]
-        for waiter in ready:
-            waiter.set_result(None)
+        _release(ready)
         if not delivered and report:
             self._report_first_drop()
 
@@ -589,15 +614,16 @@ class KafkaHandler(logging.Handler):
                 self._drop_waiting()
 
     def _drop_waiting(self) -> None:
-        """Under _state: count everything still waiting as dropped."""
+        """Under _state: count everything still waiting as dropped, once and for all
+        (an outcome arriving later changes nothing)."""
+        self._final = True
         while self._buffer:
             self._waiting_bytes -= len(self._buffer.popleft())
         leftover = self._accepted - self._settled
         self._dropped += leftover
         self._settled = self._accepted
-        for _, waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._waiting_bytes = 0
+        _release([waiter for _, waiter in self._waiters])
         self._waiters.clear()
 
     def _report_first_drop(self) -> None:
@@ -608,6 +634,14 @@ class KafkaHandler(logging.Handler):
             self.topic,
             self.max_buffered_records,
         )
+
+
+def _release(waiters: list[concurrent.futures.Future[None]]) -> None:
+    """Wake flush() callers. One whose wait timed out cancelled its future (aflush()
+    does): it is skipped, and the others are still woken."""
+    for waiter in waiters:
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            waiter.set_result(None)
 
 
 def _checked_producer_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,16 @@ from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
 from .protocol.requests import validate_topic
 from .records import ConsumerRecord
-from .validation import INT32_MAX, check_int, check_ms, check_optional_int, check_optional_ms
+from .validation import (
+    INT32_MAX,
+    check_fetch_size,
+    check_int,
+    check_ms,
+    check_offset,
+    check_optional_int,
+    check_optional_ms,
+    check_partition,
+)
 
 __all__ = ["EARLIEST", "LATEST", "FetchResult", "SimpleConsumer"]
 
@@ -155,18 +164,22 @@ class SimpleConsumer:
         ``size`` tells how large the fetch must be (:meth:`batches` grows the fetch
         itself).
         """
-        size = self.fetch_size if max_size is None else max_size
-        validate_topic(topic)
+        size = self.fetch_size if max_size is None else check_fetch_size(max_size)
+        _check_fetch(topic, partition, offset)
         response = await self._call(lambda c: c.fetch(topic, partition, offset, size))
         return self._result(topic, partition, offset, response).raise_for_error()
 
     async def multifetch(
         self, fetches: Sequence[FetchRequest | tuple[str, int, int, int]]
     ) -> list[FetchResult]:
-        """Fetch several partitions in one request; each result carries its own error."""
+        """Fetch several partitions in one request; each result carries its own error.
+        Refuses an empty list (:class:`~aiokafka07.errors.InvalidConfigError`)."""
         requests = [FetchRequest(*f) for f in fetches]
+        if not requests:
+            raise InvalidConfigError("multifetch needs at least one fetch")
         for request in requests:
-            validate_topic(request.topic)
+            _check_fetch(request.topic, request.partition, request.offset)
+            check_fetch_size(request.max_size)
         multi = await self._call(lambda c: c.multifetch(requests))
         return [
             self._result(r.topic, r.partition, r.offset, response)
@@ -179,6 +192,8 @@ class SimpleConsumer:
         """Up to ``max_offsets`` offsets before ``time`` (ms, LATEST or EARLIEST), newest
         first (PROTOCOL §11)."""
         validate_topic(topic)
+        check_partition(partition)  # a broker closes the connection on a bad one
+        check_int("max_offsets", max_offsets, minimum=0, maximum=INT32_MAX)
         return list(await self._call(lambda c: c.offsets(topic, partition, time, max_offsets)))
 
     def _name(self, partition: int) -> int | str:
@@ -236,7 +251,7 @@ class SimpleConsumer:
         poll_ms = check_optional_ms(
             "SimpleConsumer.batches", "poll_interval_ms", poll_interval_ms, poll_interval
         )
-        validate_topic(topic)
+        _check_fetch(topic, partition, offset)
         sizer = FetchSizer(
             topic,
             self._name(partition),
@@ -368,3 +383,11 @@ class SimpleConsumer:
             async for batch in batches:
                 for record in batch.messages:
                     yield record
+
+
+def _check_fetch(topic: str, partition: int, offset: int) -> None:
+    """What a fetch names, checked before anything is sent: a topic the broker accepts,
+    a partition (0 and up) and an offset (0 and up)."""
+    validate_topic(topic)
+    check_partition(partition)
+    check_offset(offset)

@@ -1,4 +1,5 @@
-"""Checks for client parameters, so bad configuration fails at construction, by name.
+"""Checks for client parameters, so bad configuration fails at construction, by name, and
+for the arguments of calls, so that nonsense never reaches the wire.
 
 A producer, a connection or a consumer that accepts ``request_timeout="x"`` or
 ``batch_size=-1`` fails much later, inside a background task, far from the mistake. Each
@@ -6,6 +7,12 @@ constructor checks its numeric parameters with these helpers instead, which rais
 :class:`~aiokafka07.errors.InvalidConfigError` naming the parameter and the value.
 Booleans are not numbers here (``True`` is an ``int`` to Python, never a batch size), and
 non-finite floats are refused (every wait has a timeout).
+
+The arguments of requests are checked the same way, before anything is sent: a
+partition (:func:`check_partition`: 0 and up, or -1 for a produce, where the broker
+picks), a fetch offset (:func:`check_offset`), a fetch size (:func:`check_fetch_size`),
+a message key (:func:`check_key`: a type with a Java-compatible hash, so that a key
+routes the same in every process).
 
 Every duration a user passes is in milliseconds, in a parameter named ``*_ms``, as in
 aiokafka. Parameters that took seconds under another name keep working for one release
@@ -34,7 +41,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import InvalidConfigError, KafkaError
+from .errors import InvalidConfigError, InvalidPartitionError, KafkaError
 
 if TYPE_CHECKING:
     from typing_extensions import deprecated
@@ -58,17 +65,22 @@ else:
 __all__ = [
     "FORBIDDEN_IN_NAMES",
     "INT32_MAX",
+    "INT64_MAX",
     "NOT_GIVEN",
     "check_bool",
     "check_callable",
+    "check_fetch_size",
     "check_int",
+    "check_key",
     "check_ms",
     "check_name",
     "check_number",
+    "check_offset",
     "check_optional_int",
     "check_optional_ms",
     "check_optional_name",
     "check_optional_number",
+    "check_partition",
     "deprecated",
     "name_problem",
     "renamed_options_to_ms",
@@ -83,6 +95,8 @@ NOT_GIVEN: Any = object()
 #: The largest value of a 0.7 int32 field (sizes, broker ids, partitions): the bound of
 #: every such setting and argument.
 INT32_MAX = (1 << 31) - 1
+#: The largest value of a 0.7 int64 field (offsets).
+INT64_MAX = (1 << 63) - 1
 
 #: What ZooKeeper refuses in a path component (its ``PathUtils.validatePath``), which is
 #: also what a 0.7.2 broker refuses in a topic name (PROTOCOL §2.2): ``/`` (it separates
@@ -303,3 +317,61 @@ def check_name(
 def check_optional_name(name: str, value: object) -> str | None:
     """None, or :func:`check_name`."""
     return None if value is None else check_name(name, value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_partition(partition: object, *, produce: bool = False) -> int:
+    """``partition`` if it is a partition number a request may carry: 0 to
+    :data:`INT32_MAX`, or -1 for a produce (the broker picks one of the topic's
+    partitions, PROTOCOL §4.1). Anything else raises
+    :class:`~aiokafka07.errors.InvalidPartitionError` (a broker would answer WrongPartition
+    to a fetch, and close the connection on a produce or OFFSETS)."""
+    lowest = -1 if produce else 0
+    if not _is_int(partition) or not lowest <= partition <= INT32_MAX:  # type: ignore[operator]
+        allowed = f"-1 (the broker picks) or 0 to {INT32_MAX}" if produce else f"0 to {INT32_MAX}"
+        raise InvalidPartitionError(f"partition must be an int, {allowed}, not {partition!r}")
+    return partition  # type: ignore[return-value]
+
+
+def check_offset(offset: object) -> int:
+    """``offset`` if it is a fetch offset: a byte position, 0 to :data:`INT64_MAX`; else
+    :class:`~aiokafka07.errors.InvalidConfigError`."""
+    if not _is_int(offset) or not 0 <= offset <= INT64_MAX:  # type: ignore[operator]
+        raise InvalidConfigError(
+            f"offset must be an int from 0 to {INT64_MAX} (a byte position), not {offset!r}"
+        )
+    return offset  # type: ignore[return-value]
+
+
+def check_fetch_size(max_size: object) -> int:
+    """``max_size`` if it is a fetch size, 0 to :data:`INT32_MAX` bytes (a broker closes
+    the connection on a negative one); else :class:`~aiokafka07.errors.InvalidConfigError`."""
+    return check_int("max_size", max_size, minimum=0, maximum=INT32_MAX)
+
+
+def check_key(key: object) -> object:
+    """``key`` if a message key of its type routes the same in every process: None, a
+    ``str``, bytes-like, an ``int`` within the int64 range (``bool`` included) or a
+    :class:`~aiokafka07.partitioner.JavaLong`, the types with a Java-compatible hash
+    (:func:`~aiokafka07.partitioner.java_hash_code`). Anything else (a float, an object
+    hashed by its id) raises :class:`~aiokafka07.errors.InvalidConfigError`."""
+    from .partitioner import JavaLong  # the partitioner is above this module
+
+    if key is None or isinstance(key, (str, bytes, bytearray, memoryview)):
+        return key
+    if isinstance(key, JavaLong):
+        value = key.value
+    elif isinstance(key, int):
+        value = key
+    else:
+        raise InvalidConfigError(
+            f"no Java-compatible hash for a {type(key).__name__} key ({key!r}): a key must be "
+            "str, bytes, int, bool or JavaLong, whose hash is the same in every process; "
+            "convert it with key_serializer, or route with a partitioner of your own"
+        )
+    if not isinstance(value, int) or not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise InvalidConfigError(f"an int key must fit a Java long (int64), not {value!r}")
+    return key

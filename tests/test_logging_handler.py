@@ -19,6 +19,9 @@ import pytest
 
 from aiokafka07 import InvalidTopicError, KafkaHandler, SimpleConsumer
 from aiokafka07.testing import KafkaCluster
+from aiokafka07.testing.hostile import SilentBroker
+from aiokafka07.znodes import register_broker, register_topic
+from aiokafka07.zookeeper import ZooKeeper
 
 from .test_cli_common import unused_port
 from .wire import eventually
@@ -410,3 +413,94 @@ async def test_dict_config_replacing_the_handler_neither_hangs_nor_loses_records
         # The handler's thread finished in the background, waited for at exit.
         values = await topic_values(cluster, "configured-logs")
         assert values == [f"app record {i}" for i in range(50)]
+
+
+async def test_close_against_a_broker_that_never_reads_keeps_its_timeout_and_counts(
+    zookeeper: str,
+    app_logger: Callable[[KafkaHandler], logging.Logger],
+    reports: Collect,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker (registered in a real ZooKeeper) that accepts and never reads: close()
+    with close_timeout_ms=2000 returns within it with the handler's thread ended, and the
+    counts add up at once (no record left neither delivered nor dropped). A flush that
+    timed out (aflush cancels its wait) does not break the wake-up of the others."""
+    async with SilentBroker() as broker, ZooKeeper(zookeeper) as zk:
+        await register_broker(zk, 0, broker.host, broker.port)
+        await register_topic(zk, "deaf-logs", 0, 1)
+        handler = KafkaHandler("deaf-logs", zookeeper=zookeeper, close_timeout_ms=2000)
+        logger = app_logger(handler)
+        for i in range(20_000):
+            logger.info("record %05d %s", i, "x" * 200)
+        await eventually(lambda: handler.stats().accepted == 10_000)  # the buffer is full
+        assert not await handler.aflush(timeout_ms=200)  # timed out: its future cancelled
+        assert not await asyncio.to_thread(handler.wait_delivered, timeout_ms=200)
+        with caplog.at_level(logging.ERROR):
+            started = time.monotonic()
+            await handler.aclose()
+            took = time.monotonic() - started
+        assert took < 2.0 + 0.2, took  # its timeout, and a little for a loaded machine
+        assert not handler._thread.is_alive()
+        stats = handler.stats()
+        assert stats.waiting == 0
+        assert stats.delivered == 0  # nothing was ever confirmed
+        assert stats.accepted + 10_000 == stats.delivered + stats.dropped == 20_000
+        assert reports.messages[-1] == (
+            "20000 log records were not sent to Kafka topic deaf-logs (0 delivered)"
+        )
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+        await asyncio.sleep(0.5)
+        assert handler.stats() == stats  # and they stay so
+
+
+async def test_a_timed_out_flush_does_not_stop_the_others_being_woken(
+    kafka_cluster: Callable[..., KafkaCluster],
+    zookeeper: str,
+    app_logger: Callable[[KafkaHandler], logging.Logger],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker that shows a record only at its next flush (about a second): an aflush()
+    that gives up first (its future cancelled) must not keep the flush waiting beside
+    it from being woken when the record is delivered, nor make asyncio log an error (the
+    callback waking them raised InvalidStateError at the cancelled one)."""
+    async with kafka_cluster(
+        1,
+        num_partitions=1,
+        log_flush_interval=10_000,
+        log_default_flush_scheduler_interval_ms=1000,
+        log_default_flush_interval_ms=1000,
+    ):
+        handler = KafkaHandler("flushed-logs", zookeeper=zookeeper)
+        logger = app_logger(handler)
+        logger.info("first")
+        assert await handler.aflush(timeout_ms=30_000)
+        logger.info("shown at the next flush")
+        with caplog.at_level(logging.ERROR):
+            hasty = asyncio.ensure_future(handler.aflush(timeout_ms=50))
+            await asyncio.sleep(0)  # its waiter comes first
+            patient = asyncio.ensure_future(handler.aflush(timeout_ms=30_000))
+            assert not await hasty
+            assert await asyncio.wait_for(patient, 40)
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+        assert handler.stats().delivered == 2
+
+
+async def test_a_record_the_broker_drops_is_counted_dropped_not_delivered(
+    kafka_cluster: Callable[..., KafkaCluster],
+    zookeeper: str,
+    app_logger: Callable[[KafkaHandler], logging.Logger],
+) -> None:
+    """A broker whose max.message.size is below the record: it drops the produce and
+    keeps the connection open. The handler counts the record dropped, never delivered."""
+    async with kafka_cluster(1, num_partitions=1, max_message_size=1000) as cluster:
+        handler = KafkaHandler(
+            "small-logs", zookeeper=zookeeper, producer_options={"request_timeout_ms": 2000}
+        )
+        logger = app_logger(handler)
+        logger.info("short")
+        assert await handler.aflush(timeout_ms=30_000)
+        logger.info("long %s", "x" * 5000)
+        assert await handler.aflush(timeout_ms=30_000)
+        stats = handler.stats()
+        assert (stats.accepted, stats.delivered, stats.dropped, stats.waiting) == (2, 1, 1, 0)
+        assert await topic_values(cluster, "small-logs") == ["short"]

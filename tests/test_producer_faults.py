@@ -7,6 +7,7 @@ block)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 import struct
 import time
@@ -23,7 +24,8 @@ from aiokafka07.errors import (
     RequestTimeoutError,
 )
 from aiokafka07.producer import Producer, ProduceResult
-from aiokafka07.protocol import Message
+from aiokafka07.protocol import Message, entry_size
+from aiokafka07.testing.hostile import SilentBroker
 
 from .garbage_server import GarbageServer, Reply, frame
 from .test_connection import offsets_frame, outcome
@@ -45,36 +47,55 @@ async def closed_in_time(producer: Producer, timeout: float, bound: float) -> Ex
     return result
 
 
-# What a "broker" may answer to the OFFSETS probe that confirms a produce. The produce
-# itself gets no answer (the first reply of each pair is empty). Six of these made
-# send_and_wait() hang before the producer caught every outcome.
-CONFIRM_ANSWERS: dict[str, tuple[Reply, type[Exception] | None]] = {
-    "size 0": (Reply(struct.pack(">i", 0)), ProduceNotConfirmedError),
-    "size 1": (Reply(frame(b"\0")), ProduceNotConfirmedError),
-    "negative size": (Reply(struct.pack(">i", -5) + b"\0" * 8), ProduceNotConfirmedError),
-    "huge size": (Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 64), ProduceNotConfirmedError),
-    "more offsets than asked": (Reply(offsets_frame(1, 2)), ProduceNotConfirmedError),
-    "truncated, then close": (Reply(offsets_frame(1)[:-3], close=True), ProduceNotConfirmedError),
-    "body without a count": (Reply(frame(b"\0\0\0")), ProduceNotConfirmedError),
-    "negative count": (Reply(frame(b"\0\0\xff\xff\xff\xff")), ProduceNotConfirmedError),
-    "count without offsets": (Reply(frame(b"\0\0\0\0\0\x01")), ProduceNotConfirmedError),
-    "random bytes": (Reply(random.Random(7).randbytes(23)), ProduceNotConfirmedError),
-    "close without a byte": (Reply(close=True), ProduceNotConfirmedError),
-    "silence": (Reply(), RequestTimeoutError),
-    # A proper answer proves the produce was processed, whatever follows it.
-    "an answer, then an unasked one": (Reply(offsets_frame(5) + offsets_frame(6)), None),
-    "an error code": (Reply(frame(b"\xff\xff\0\0\0\0")), None),
+#: An OFFSETS answer showing the log grown by one entry of one byte, b"x": proof.
+GROWN = entry_size(1)
+
+# What a "broker" may answer to the OFFSETS probe that confirms a produce (the log end
+# before it was 0), what the message then ends with, and whether it was sent again. Six
+# of these made send_and_wait() hang before the producer caught every outcome.
+CONFIRM_ANSWERS: dict[str, tuple[Reply, type[Exception] | None, bool]] = {
+    "size 0": (Reply(struct.pack(">i", 0)), ProduceNotConfirmedError, True),
+    "size 1": (Reply(frame(b"\0")), ProduceNotConfirmedError, True),
+    "negative size": (Reply(struct.pack(">i", -5) + b"\0" * 8), ProduceNotConfirmedError, True),
+    "huge size": (
+        Reply(struct.pack(">i", 0x7FFFFFFF) + b"\0" * 64),
+        ProduceNotConfirmedError,
+        True,
+    ),
+    "more offsets than asked": (Reply(offsets_frame(1, 2)), ProduceNotConfirmedError, True),
+    "truncated, then close": (
+        Reply(offsets_frame(GROWN)[:-3], close=True),
+        ProduceNotConfirmedError,
+        True,
+    ),
+    "body without a count": (Reply(frame(b"\0\0\0")), ProduceNotConfirmedError, True),
+    "negative count": (Reply(frame(b"\0\0\xff\xff\xff\xff")), ProduceNotConfirmedError, True),
+    "count without offsets": (Reply(frame(b"\0\0\0\0\0\x01")), ProduceNotConfirmedError, True),
+    "random bytes": (Reply(random.Random(7).randbytes(23)), ProduceNotConfirmedError, True),
+    "close without a byte": (Reply(close=True), ProduceNotConfirmedError, True),
+    "silence": (Reply(), RequestTimeoutError, True),
+    # Processed, and the log did not grow: what a broker does with a message over its
+    # max.message.size. Not sent again: it would be dropped again.
+    "no growth": (Reply(offsets_frame(0)), ProduceNotConfirmedError, False),
+    # The log grew by the message: proof, whatever follows it.
+    "an answer, then an unasked one": (
+        Reply(offsets_frame(GROWN) + offsets_frame(GROWN + 1)),
+        None,
+        False,
+    ),
+    "an error code": (Reply(frame(b"\xff\xff\0\0\0\x01" + struct.pack(">q", GROWN))), None, False),
 }
 
 
 @pytest.mark.parametrize("case", list(CONFIRM_ANSWERS))
 async def test_every_kind_of_confirm_answer_ends_the_message(case: str) -> None:
-    reply, expected = CONFIRM_ANSWERS[case]
-    # The same answer on every attempt (a connection the client kept, or a new one).
-    async with GarbageServer([Reply(), reply] * 3) as server:
+    reply, expected, retried = CONFIRM_ANSWERS[case]
+    # Each connection: the log end before the first produce (0), nothing for the produce,
+    # the answer under test; then the same for produces sent again on that connection.
+    async with GarbageServer([Reply(offsets_frame(0)), *[Reply(), reply] * 3]) as server:
         producer = Producer(brokers=static(server), **FAST)  # type: ignore[arg-type]
         await producer.start()
-        result = await outcome(producer.send_and_wait("t", b"x"))
+        result = await outcome(producer.send_and_wait("t", b"x", partition=(0, 0)))
         failed = await closed_in_time(producer, timeout=2, bound=4)
     metrics = producer.metrics
     assert (metrics.queued_messages, metrics.queued_bytes) == (0, 0)
@@ -85,11 +106,11 @@ async def test_every_kind_of_confirm_answer_ends_the_message(case: str) -> None:
     assert isinstance(result, expected), repr(result)
     assert result.maybe_delivered  # written, never confirmed
     assert metrics.messages_failed == 1
-    assert metrics.retries == 1  # unconfirmed: retried once (retries=1), then failed
+    assert metrics.retries == (1 if retried else 0)  # retries=1, then failed
     assert isinstance(failed, ProducerClosedError)
     assert failed.undelivered == 1
     # The report names the place and carries the cause's own text.
-    assert f"t/0--1: 1 x {type(result).__name__}: {result}" in str(failed)
+    assert f"t/0-0: 1 x {type(result).__name__}: {result}" in str(failed)
 
 
 async def test_failed_messages_give_their_buffer_space_back() -> None:
@@ -157,7 +178,7 @@ async def test_interrupted_flush_then_close_ends_everything_in_time() -> None:
     async with GarbageServer() as server:  # reads everything, answers nothing
         producer = Producer(brokers=static(server), request_timeout_ms=30_000, linger_ms=1000)
         await producer.start()
-        futures = [await producer.send("t", b"m%d" % i) for i in range(2500)]
+        futures = [await producer.send("t", b"m%d" % i, partition=(0, 0)) for i in range(2500)]
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(producer.flush(), 0.3)
         assert not any(f.done() for f in futures)  # nobody confirms
@@ -176,10 +197,10 @@ async def test_interrupted_flush_then_close_ends_everything_in_time() -> None:
 
 
 async def test_close_during_retries_fails_them_with_their_cause() -> None:
-    async with GarbageServer([Reply(), Reply(close=True)]) as server:
+    async with GarbageServer([Reply(offsets_frame(0)), Reply(), Reply(close=True)]) as server:
         producer = Producer(brokers=static(server), retries=5, retry_backoff_ms=2000, linger_ms=0)
         await producer.start()
-        future = await producer.send("t", b"x")
+        future = await producer.send("t", b"x", partition=(0, 0))
         await eventually(lambda: producer.metrics.retries > 0, 5)  # a retry waits
         failed = await closed_in_time(producer, timeout=0.2, bound=2)
         assert isinstance(failed, ProducerClosedError)
@@ -291,3 +312,32 @@ async def test_a_crashed_sender_fails_its_work_and_a_new_one_takes_over(
         assert isinstance(failed, ProducerClosedError)
         assert failed.undelivered == 3
         assert all_values(await read_logs(cluster, "t")) == [b"after"]
+
+
+async def test_close_counts_every_undelivered_message_by_cause_within_its_timeout() -> None:
+    """40,000 sends to a broker that never reads, then close(timeout_ms=2000): close
+    returns in time, and its error counts the messages of each cause (written but not
+    confirmed, never written), which add up to what was accepted. A confirmation cut
+    short by this client's close is not blamed on the broker."""
+    async with SilentBroker() as broker:
+        producer = Producer(brokers=broker.broker_list, request_timeout_ms=30_000)
+        await producer.start()
+        futures = [await producer.send("t", b"m%05d" % i, partition=(0, 0)) for i in range(40_000)]
+        started = time.monotonic()
+        failed = await outcome(producer.close(timeout_ms=2000), 30)
+        took = time.monotonic() - started
+    assert took < 2.0 + 0.2, took  # its timeout, and a little for a loaded machine
+    assert isinstance(failed, ProducerClosedError)
+    by_future = collections.Counter(type(f.exception()).__name__ for f in futures)
+    assert failed.undelivered == 40_000 == sum(by_future.values())
+    assert failed.causes == {("t", 0, 0): dict(by_future)}
+    assert set(by_future) == {"ProduceNotConfirmedError", "ProducerClosedError"}
+    for name, count in by_future.items():
+        assert f"t/0-0: {count} x {name}: " in str(failed)
+    unconfirmed = next(
+        f.exception() for f in futures if isinstance(f.exception(), ProduceNotConfirmedError)
+    )
+    assert "refused" not in str(unconfirmed)
+    assert "closed" in str(unconfirmed)
+    assert producer.metrics.messages_sent == 0
+    assert producer.metrics.messages_failed == 40_000

@@ -14,6 +14,7 @@ import pytest
 
 from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.errors import (
+    InvalidConfigError,
     InvalidMessageSizeError,
     InvalidPartitionError,
     InvalidTopicError,
@@ -142,14 +143,20 @@ async def test_fetch_raises_typed_broker_errors(cluster: KafkaCluster) -> None:
     end = await producer.produce("ex", 0, [b"x"], confirm=True)
     assert end is not None
     async with consumer_for(cluster) as consumer:
-        for offset in (end + 1, -1, 1 << 40):
+        for offset in (end + 1, 1 << 40):
             with pytest.raises(OffsetOutOfRangeError) as out:
                 await consumer.fetch("ex", 0, offset)
             assert out.value.offset == offset
             assert str(offset) in str(out.value)
-        for partition in (2, -1):
-            with pytest.raises(InvalidPartitionError):
-                await consumer.fetch("ex", partition, 0)
+        with pytest.raises(InvalidPartitionError):
+            await consumer.fetch("ex", 2, 0)
+        # Nonsense (a negative offset or partition) is refused before it is sent.
+        sent = (await consumer.connection()).requests_sent
+        with pytest.raises(InvalidConfigError):
+            await consumer.fetch("ex", 0, -1)
+        with pytest.raises(InvalidPartitionError):
+            await consumer.fetch("ex", -1, 0)
+        assert (await consumer.connection()).requests_sent == sent
         with pytest.raises(UnknownError):
             await consumer.fetch(LONG_TOPIC, 0, 0)
         # Broker errors leave the connection usable.
@@ -212,7 +219,8 @@ async def test_multifetch_carries_errors_per_partition(cluster: KafkaCluster) ->
         with pytest.raises(InvalidPartitionError):
             results[3].raise_for_error()
         assert results[0].raise_for_error() is results[0]
-        assert await consumer.multifetch([]) == []
+        with pytest.raises(InvalidConfigError):
+            await consumer.multifetch([])  # nothing asked: nothing sent
     await producer.close()
 
 

@@ -143,7 +143,8 @@ CLOSE: dict[str, Callable[[Producer], Awaitable[None]]] = {
 
 @pytest.mark.parametrize("how", list(CLOSE))
 async def test_producer_close_timeout(how: str) -> None:
-    """A broker that never confirms: close gives up after 0.3 s, not 0.3 ms or 300 s."""
+    """A broker that never confirms: close gives up after 0.3 s, not 0.3 ms or 300 s
+    (within it: the last fifth goes to failing what is left and closing)."""
     async with GarbageServer() as server:  # reads requests, never answers
         producer = Producer(brokers=f"0:{server.host}:{server.port}", retries=0, linger_ms=0)
         await producer.start()
@@ -153,7 +154,7 @@ async def test_producer_close_timeout(how: str) -> None:
         closing = CLOSE[how](producer)
         with warned("timeout_ms", old="_ms" not in how), pytest.raises(KafkaError):
             await closing
-        assert 0.25 <= time.monotonic() - started < 5
+        assert 0.2 <= time.monotonic() - started < 5
         assert isinstance(future.exception(), KafkaError)
 
 

@@ -17,9 +17,19 @@ from aiokafka07 import (
     Producer,
     SimpleConsumer,
 )
-from aiokafka07.errors import InvalidConfigError, InvalidTopicError, KafkaError, ZooKeeperError
+from aiokafka07.errors import (
+    InvalidConfigError,
+    InvalidPartitionError,
+    InvalidTopicError,
+    KafkaError,
+    ZooKeeperError,
+)
+from aiokafka07.partitioner import JavaLong
+from aiokafka07.protocol import encode_message_set
 from aiokafka07.znodes import GroupRegistry, Registration
 from aiokafka07.zookeeper import ZooKeeper
+
+from .garbage_server import GarbageServer
 
 ADDRESS = BrokerAddress(0, "127.0.0.1", 1)
 STATIC = "0:127.0.0.1:1"
@@ -266,3 +276,99 @@ def test_good_parameters_pass() -> None:
     )
     Consumer("t", group="g.1_x-y", zookeeper=ZK + "/chroot/sub")
     Consumer({"t": 2}, group="g", zookeeper=ZK, streams=0)  # the map says how many
+
+
+# -- arguments of calls: refused before anything reaches the wire -----------------------
+
+BAD_FETCHES: list[tuple[str, dict[str, Any], type[Exception]]] = [
+    ("fetch", {"topic": "t", "partition": -1, "offset": 0}, InvalidPartitionError),
+    ("fetch", {"topic": "t", "partition": 1.0, "offset": 0}, InvalidPartitionError),
+    ("fetch", {"topic": "t", "partition": 2**31, "offset": 0}, InvalidPartitionError),
+    ("fetch", {"topic": "t", "partition": 0, "offset": -5}, InvalidConfigError),
+    ("fetch", {"topic": "t", "partition": 0, "offset": 2**63}, InvalidConfigError),
+    ("fetch", {"topic": "t", "partition": 0, "offset": "0"}, InvalidConfigError),
+    ("fetch", {"topic": "t", "partition": 0, "offset": 0, "max_size": -1}, InvalidConfigError),
+    ("multifetch", {"fetches": []}, InvalidConfigError),
+    ("multifetch", {"fetches": [("t", 0, 0, 100), ("t", -1, 0, 100)]}, InvalidPartitionError),
+    ("multifetch", {"fetches": [("t", 0, -1, 100)]}, InvalidConfigError),
+    ("offsets_before", {"topic": "t", "partition": -1, "time": -1}, InvalidPartitionError),
+    (
+        "offsets_before",
+        {"topic": "t", "partition": 0, "time": -1, "max_offsets": -1},
+        InvalidConfigError,
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "kwargs", "error"), BAD_FETCHES, ids=repr)
+async def test_simple_consumer_sends_no_nonsense(
+    call: str, kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    """A partition below 0, a negative offset, an empty multifetch: a typed error, and
+    not a byte on the wire (a fake broker on loopback records every request)."""
+    async with GarbageServer() as server:
+        async with SimpleConsumer(server.host, server.port, request_timeout_ms=2000) as consumer:
+            with pytest.raises(error):
+                await getattr(consumer, call)(**kwargs)
+        assert server.requests == []
+
+
+@pytest.mark.parametrize(("partition", "offset"), [(-1, 0), (0, -5)])
+async def test_simple_consumer_iterates_nothing_from_nonsense(partition: int, offset: int) -> None:
+    async with GarbageServer() as server:
+        async with SimpleConsumer(server.host, server.port, request_timeout_ms=2000) as consumer:
+            with pytest.raises((InvalidPartitionError, InvalidConfigError)):
+                async for _ in consumer.messages("t", partition, offset):
+                    pass
+        assert server.requests == []
+
+
+async def test_connection_produce_to_a_partition_below_minus_one_sends_nothing() -> None:
+    async with GarbageServer() as server:
+        conn = await BrokerConnection.open(BrokerAddress(0, server.host, server.port))
+        for produce in (
+            lambda: conn.produce("t", -2, [b"x"]),
+            lambda: conn.produce("t", -2, [b"x"], confirm=True),
+            lambda: conn.produce_message_set("t", -7, encode_message_set([b"x"])),
+            lambda: conn.multiproduce([("t", 0, [b"a"]), ("t", -2, [b"b"])]),
+        ):
+            with pytest.raises(InvalidPartitionError, match=r"-1 \(the broker picks\)"):
+                await produce()
+        assert not conn.closed
+        assert conn.requests_sent == 0
+        await conn.close()
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("mode", ["zookeeper", "static"])
+@pytest.mark.parametrize(
+    "key",
+    [3.5, object(), [1], 2**64, JavaLong(2**63)],
+    ids=["float", "object", "list", "int over int64", "JavaLong over int64"],
+)
+async def test_producer_refuses_keys_that_route_differently_per_process(
+    kafka_cluster: Any, zookeeper: str, mode: str, key: Any
+) -> None:
+    """A float or an object key (hashed by id: another partition in another process), a
+    list, an int beyond a Java long: refused at send, in ZooKeeper mode and in static
+    mode (where keys choose nothing), nothing queued or sent."""
+    async with kafka_cluster(1, zookeeper=True if mode == "zookeeper" else None) as cluster:
+        where = (
+            {"zookeeper": zookeeper} if mode == "zookeeper" else {"brokers": cluster.broker_list}
+        )
+        async with Producer(**where) as producer:  # type: ignore[arg-type]
+            with pytest.raises(InvalidConfigError, match="key"):
+                await producer.send("keys", b"x", key=key)
+            with pytest.raises(InvalidConfigError, match="key"):
+                producer.send_nowait("keys", b"x", key=key)
+            with pytest.raises(InvalidConfigError, match="key"):
+                await producer.send_and_wait("keys", b"x", key=key)
+            batch = producer.create_batch()
+            batch.append(b"x")
+            with pytest.raises(InvalidConfigError, match="key"):
+                await producer.send_batch(batch, "keys", key=key)
+            assert (producer.metrics.queued_messages, producer.metrics.requests_sent) == (0, 0)
+            # Keys of the hashable kinds still go, and a serializer may turn any into one.
+            await producer.send_and_wait("keys", b"ok", key="user-1")
+        async with Producer(**where, key_serializer=repr) as producer:  # type: ignore[arg-type]
+            await producer.send_and_wait("keys", b"ok", key=3.5)

@@ -111,6 +111,8 @@ class Accumulator:
         self.sealed = False
         self._space = asyncio.Event()
         self._space.set()
+        # Set once closing and every message accepted has ended (wait_drained).
+        self._drained = asyncio.Event()
         self._create_future: Callable[[], asyncio.Future[Any]] | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -140,6 +142,8 @@ class Accumulator:
         self.messages -= messages
         self.bytes -= size
         self._maybe_space()
+        if self.closing and self.messages == 0:
+            self._drained.set()
 
     def _maybe_space(self) -> None:
         if not self._space.is_set() and (
@@ -357,6 +361,19 @@ class Accumulator:
         queue.open.clear()
         queue.ready.clear()
         return left
+
+    async def wait_drained(self, timeout: float | None) -> bool:
+        """After :meth:`stop_accepting`: wait (at most ``timeout`` seconds; None: as long
+        as it takes, each message ends within its retries and timeouts) until every
+        message accepted has ended; True if they have. One wait for all of them, however
+        many there are."""
+        if self.messages == 0:
+            return True
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def stop_accepting(self) -> None:
         """Refuse new messages from now on (the producer is closing): the hot path is

@@ -126,30 +126,57 @@ class Batch:
         """The futures of this batch not resolved yet."""
         return [f for f in self.futures if not f.done()]
 
-    def split(self) -> list[tuple[Route | None, Batch]]:
-        """The messages regrouped by route, for routing again: one batch of the keyless
-        ones (route None) and one per keyed or pinned message, each keeping this batch's
-        attempts, isolation and last error. A :attr:`whole` batch stays whole."""
+    def regroup(
+        self, target_of: Callable[[Route | None], tuple[int, int]]
+    ) -> list[tuple[tuple[int, int] | Exception, Batch]]:
+        """The messages regrouped by where they go now, for routing again:
+        ``target_of(route)`` is the (broker, partition) for a message's route (None: a
+        keyless message; one target for all of them). The messages going to one target
+        form one batch, in their order: a retry of keyed messages travels as few
+        batches as it has targets, not one per message. A message whose route raises
+        goes alone, with the exception in place of its target. Each batch keeps this
+        batch's attempts, isolation and last error; a :attr:`whole` batch stays whole."""
         if self.whole or not self.routes:
             # A whole batch is routed as one; its route, if any, is kept at position 0.
-            return [(self.routes.get(0) if self.whole and self.routes else None, self)]
-        free = Batch(self.topic, self.broker_id, self.partition, isolated=self.isolated)
-        groups: list[tuple[Route | None, Batch]] = []
+            route = self.routes.get(0) if self.whole and self.routes else None
+            try:
+                self.broker_id, self.partition = target_of(route)
+            except Exception as exc:
+                return [(exc, self)]
+            return [((self.broker_id, self.partition), self)]
+        groups: dict[tuple[int, int], Batch] = {}
+        failed: list[tuple[tuple[int, int] | Exception, Batch]] = []
+        keyless: tuple[int, int] | Exception | None = None
         for position, (value, future) in enumerate(zip(self.values, self.futures, strict=True)):
             route = self.routes.get(position)
             raw = self.raw is not None and position in self.raw
-            if route is None:
-                free.add(value, future, raw=raw)
+            target: tuple[int, int] | Exception
+            try:
+                if route is not None:
+                    target = target_of(route)
+                else:
+                    keyless = target = target_of(None) if keyless is None else keyless
+            except Exception as exc:
+                target = exc
+            if isinstance(target, Exception):
+                if route is None:
+                    keyless = target
+                one = self._part(self.broker_id, self.partition)
+                one.add(value, future, route, raw=raw)
+                failed.append((target, one))
                 continue
-            one = Batch(self.topic, self.broker_id, self.partition, isolated=self.isolated)
-            one.add(value, future, route, raw=raw)
-            groups.append((route, one))
-        if free.values:
-            groups.insert(0, (None, free))
-        for _, batch in groups:
-            batch.attempts = self.attempts
-            batch.last_error = self.last_error
-        return groups
+            group = groups.get(target)
+            if group is None:
+                group = groups[target] = self._part(*target)
+            group.add(value, future, route, raw=raw)
+        return [*groups.items(), *failed]
+
+    def _part(self, broker_id: int, partition: int) -> Batch:
+        """An empty batch for some of this batch's messages (see :meth:`regroup`)."""
+        part = Batch(self.topic, broker_id, partition, isolated=self.isolated)
+        part.attempts = self.attempts
+        part.last_error = self.last_error
+        return part
 
 
 class BatchBuilder:

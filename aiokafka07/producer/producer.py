@@ -278,13 +278,18 @@ class Producer:
 
     async def close(self, timeout: float | None = None, *, timeout_ms: float | None = None) -> None:
         """Deliver everything accepted, then close the connections (and the cluster view
-        if owned). Raises :class:`ProducerClosedError` naming what was not delivered.
+        if owned). Raises :class:`ProducerClosedError` counting, for each partition, the
+        messages not delivered of each cause, with the cause's text (its ``causes`` add
+        up to ``undelivered``; with the delivered ones, to every message accepted).
 
-        ``timeout_ms`` bounds the wait for deliveries; what is still undelivered then
-        fails (:class:`ProducerClosedError`, or :class:`ProduceNotConfirmedError` for a
-        request the broker may have received). None waits for every message to end, which
-        each does within its retries and timeouts. New messages are refused from the
-        moment ``close()`` is called. (``timeout``, in seconds, is the deprecated form.)
+        ``timeout_ms`` bounds the close: deliveries get all of it but the last fifth (at
+        most 0.5 s), in which what is still undelivered fails
+        (:class:`ProducerClosedError`, or :class:`ProduceNotConfirmedError` for a request
+        the broker may have received) and the connections close. (Closing a ZooKeeper
+        session the producer owns is bounded by its session timeout.) None waits for
+        every message to end, which each does within its retries and timeouts. New
+        messages are refused from the moment ``close()`` is called. (``timeout``, in
+        seconds, is the deprecated form.)
         """
         await self._close(check_optional_ms("Producer.close", "timeout_ms", timeout_ms, timeout))
 
@@ -299,13 +304,13 @@ class Producer:
         self._closing = True
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        self._accumulator.stop_accepting()
+        self._accumulator.stop_accepting()  # the counters are exact from now on
         try:
             if self._started:
-                pending = self._pending()
                 self._accumulator.hurry()
-                if pending:
-                    await asyncio.wait(pending, timeout=timeout)
+                # What is left then fails and the connections close in the rest.
+                wait = None if timeout is None else timeout - min(timeout * 0.2, 0.5)
+                await self._accumulator.wait_drained(wait)
         finally:
             await self._shut_down(loop, deadline)
         error = self._outcomes.report()
@@ -321,10 +326,12 @@ class Producer:
         self._sender.stop()
         for batch in self._accumulator.close():
             self._outcomes.fail(batch, exc_closed())
-        await self._supervisor.aclose(timeout=max(remaining(10.0), 1.0))
+        await self._supervisor.aclose(timeout=max(remaining(10.0), 0.1))
         if self._own_pool:
-            # Answers still outstanding may arrive while the connections close.
-            await self._pool.close(timeout_ms=remaining(5.0) * 1000)
+            # Answers still outstanding may arrive while the connections close. A
+            # connection waits up to its timeout twice (for answers, then for the socket
+            # to close): half of what is left each.
+            await self._pool.close(timeout_ms=remaining(10.0) * 1000 / 2)
             await asyncio.sleep(0)  # let the requests' done callbacks run
         self._sender.abandon()
         if self._own_cluster and self._started:
@@ -372,11 +379,17 @@ class Producer:
             self._valid_topics.add(topic)
 
     def _validated(
-        self, topic: str, value: Any, partition: object, *, raw: EncodedMessage | None = None
-    ) -> tuple[bytes, tuple[int, int] | None]:
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: object,
+        *,
+        raw: EncodedMessage | None = None,
+    ) -> tuple[bytes, Any, tuple[int, int] | None]:
         """Everything about a message that can be checked before waiting for space:
-        running, topic, payload, size, the partition pair. Returns (what to queue, the
-        pinned partition)."""
+        running, topic, payload, size, key, the partition pair. Returns (what to queue,
+        the key as routing uses it, the pinned partition)."""
         self._check_running()
         self._check_topic(topic)
         if raw is not None:
@@ -389,26 +402,32 @@ class Producer:
                 data = serialize(value, self.value_serializer)
             check_message_size(len(data), self.max_message_size)
         pinned = None if partition is None else check_partition(partition)
-        return data, pinned
+        return data, self._router.key(key), pinned
 
     def _route(
-        self, topic: str, key: Any, pinned: tuple[int, int] | None, *, sticky: bool
+        self, topic: str, routing_key: Any, pinned: tuple[int, int] | None, *, sticky: bool
     ) -> tuple[tuple[int, int], Route | None]:
-        """(target, how to route it again on a retry) for a message or a batch. Without a
-        key or partition: the topic's sticky target when ``sticky``, else a random one."""
+        """(target, how to route it again on a retry) for a message or a batch, given the
+        key as routing uses it (:meth:`Router.key`). Without a key or partition: the
+        topic's sticky target when ``sticky``, else a random one."""
         if pinned is not None:
             return pinned, (None, pinned)
-        routing_key = self._router.key(key)
         if routing_key is not None:
             return self._router.by_key(topic, routing_key), (routing_key, None)
         target = self._accumulator.sticky_target(topic) if sticky else None
         return target or self._router.random_target(topic), None
 
     def _add(
-        self, topic: str, data: bytes, key: Any, pinned: tuple[int, int] | None, *, raw: bool
+        self,
+        topic: str,
+        data: bytes,
+        routing_key: Any,
+        pinned: tuple[int, int] | None,
+        *,
+        raw: bool,
     ) -> tuple[asyncio.Future[ProduceResult], Batch]:
         """Route and queue a validated message (space was checked)."""
-        target, route = self._route(topic, key, pinned, sticky=True)
+        target, route = self._route(topic, routing_key, pinned, sticky=True)
         return self._accumulator.add(topic, target, data, route, raw=raw)
 
     async def _accept(
@@ -419,11 +438,11 @@ class Producer:
         partition: object,
         raw: EncodedMessage | None = None,
     ) -> tuple[asyncio.Future[ProduceResult], Batch]:
-        data, pinned = self._validated(topic, value, partition, raw=raw)
+        data, routing_key, pinned = self._validated(topic, value, key, partition, raw=raw)
         if self._accumulator.full():
             await self._accumulator.wait_for_space()
             self._check_running()
-        return self._add(topic, data, key, pinned, raw=raw is not None)
+        return self._add(topic, data, routing_key, pinned, raw=raw is not None)
 
     def _accept_nowait(
         self,
@@ -433,7 +452,7 @@ class Producer:
         partition: object,
         raw: EncodedMessage | None = None,
     ) -> asyncio.Future[ProduceResult]:
-        data, pinned = self._validated(topic, value, partition, raw=raw)
+        data, routing_key, pinned = self._validated(topic, value, key, partition, raw=raw)
         accumulator = self._accumulator
         if accumulator.full():
             messages, size = accumulator.settle()
@@ -441,7 +460,7 @@ class Producer:
                 f"{messages} messages ({size} bytes) are waiting to be sent; the buffer holds "
                 f"{accumulator.max_messages} messages / {accumulator.max_bytes} bytes"
             )
-        return self._add(topic, data, key, pinned, raw=raw is not None)[0]
+        return self._add(topic, data, routing_key, pinned, raw=raw is not None)[0]
 
     async def _let_senders_run(self) -> None:
         """A batch was sealed: let its sender write it now, so sending overlaps with the
@@ -462,7 +481,9 @@ class Producer:
         checked before the message is accepted: the topic name
         (:class:`InvalidTopicError`), the payload (``TypeError`` without a serializer
         for it; :class:`MessageTooLargeError`), the partition pair
-        (:class:`InvalidPartitionError`) and the key (what the partitioner raises).
+        (:class:`InvalidPartitionError`) and the key (:class:`InvalidConfigError` for
+        one whose hash is not the same in every process, such as a float or an object,
+        unless a partitioner of your own takes it; what the partitioner raises).
         """
         if key is None and partition is None and type(value) is bytes:
             # The accumulator's hot path (Accumulator.append_hot), inlined: a call costs
@@ -615,7 +636,7 @@ class Producer:
         if self._accumulator.full():
             await self._accumulator.wait_for_space()
             self._check_running()
-        target, route = self._route(topic, key, pinned, sticky=False)
+        target, route = self._route(topic, self._router.key(key), pinned, sticky=False)
         assert self._loop is not None
         future: asyncio.Future[ProduceResult] = self._loop.create_future()
         whole = Batch(topic, target[0], target[1])

@@ -23,7 +23,9 @@ log = logging.getLogger("aiokafka07.producer")
 
 
 class ProduceResult(NamedTuple):
-    """Where a message went. ``confirmed``: the broker proved it processed the produce."""
+    """Where a message went. ``confirmed``: the partition's log showed the bytes of the
+    produce (confirm mode, :mod:`aiokafka07.confirm`); False without confirm, when
+    delivered means written to the socket."""
 
     topic: str
     broker_id: int
@@ -72,8 +74,11 @@ class Outcomes:
     def __init__(self, metrics: ProducerMetrics, release: Callable[[int, int], None]) -> None:
         self.metrics = metrics
         self._release = release
-        #: (topic, broker, partition) -> [messages failed there, the last cause].
-        self.failures: dict[Where, list[Any]] = {}
+        #: (topic, broker, partition) -> the last cause of a failure there.
+        self.last_errors: dict[Where, BaseException] = {}
+        #: (topic, broker, partition) -> cause (exception class) -> [messages, the first
+        #: error of that class there, whose text the report quotes].
+        self.failures: dict[Where, dict[type[BaseException], list[Any]]] = {}
 
     def deliver(self, batch: Batch, result: ProduceResult) -> None:
         """Every message of ``batch`` was delivered."""
@@ -103,31 +108,37 @@ class Outcomes:
             if not future.done():
                 future.set_exception(exc)
                 # Nobody may be waiting for a failed message: close() reports it instead.
-                future.add_done_callback(mark_retrieved)
+                mark_retrieved(future)
         self.metrics.messages_failed += batch.count
-        entry = self.failures.setdefault(batch.where, [0, exc])
+        self.last_errors[batch.where] = exc
+        entry = self.failures.setdefault(batch.where, {}).setdefault(type(exc), [0, exc])
         entry[0] += batch.count
-        entry[1] = exc
         self._release(batch.count, batch.size)
 
     @property
     def undelivered(self) -> int:
-        return sum(count for count, _ in self.failures.values())
+        return sum(count for causes in self.failures.values() for count, _ in causes.values())
 
     def report(self) -> ProducerClosedError | None:
-        """The error :meth:`Producer.close` raises, naming every place messages failed
-        with the text of the cause; None when nothing failed."""
+        """The error :meth:`Producer.close` raises: for every place messages failed, how
+        many failed of each cause (exception class), with the text of that cause's first
+        error there; None when nothing failed."""
         if not self.failures:
             return None
         total = self.undelivered
-        where = "; ".join(
-            f"{topic}/{broker}-{partition}: {count} x {type(exc).__name__}: {exc}"
-            for (topic, broker, partition), (count, exc) in sorted(
-                self.failures.items(), key=lambda kv: kv[0]
-            )
-        )
+        parts = []
+        causes: dict[tuple[str, int | None, int], dict[str, int]] = {}
+        for where in sorted(self.failures):
+            topic, broker, partition = where
+            counted = sorted(self.failures[where].values(), key=lambda entry: -entry[0])
+            causes[where] = {type(exc).__name__: count for count, exc in counted}
+            parts += [
+                f"{topic}/{broker}-{partition}: {count} x {type(exc).__name__}: {exc}"
+                for count, exc in counted
+            ]
         return ProducerClosedError(
-            f"{total} messages were not delivered ({where})",
+            f"{total} messages were not delivered ({'; '.join(parts)})",
             undelivered=total,
-            errors={key: exc for key, (_, exc) in self.failures.items()},
+            errors={where: exc for where, exc in self.last_errors.items()},
+            causes=causes,
         )

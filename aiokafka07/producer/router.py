@@ -9,7 +9,9 @@ partition itself; keys are ignored, as 0.7.2 ignores them there.
 
 Everything the caller supplies is checked here, when ``send()`` is called and before
 anything is queued: an explicit partition must be a (broker id, partition) pair of ints
-in range, a key must be one the partitioner can place.
+in range, a key must be one the partitioner can place; for the default partitioner (and
+in static mode, where keys choose nothing) a key of a type whose hash is the same in
+every process (:func:`~aiokafka07.validation.check_key`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 from ..cluster import Cluster
 from ..errors import InvalidConfigError, InvalidPartitionError, NoBrokersError
 from ..partitioner import default_partition
-from ..validation import INT32_MAX
+from ..validation import INT32_MAX, check_key
+from ..validation import check_partition as check_partition_number
 
 __all__ = ["Partitioner", "Router", "check_partition"]
 
@@ -54,11 +57,10 @@ def check_partition(partition: object) -> tuple[int, int]:
             f"partition {tuple(partition)!r}: the broker id must be an int from 0 to "
             f"{INT32_MAX}, not {broker_id!r}"
         )
-    if not _is_int(number) or not -1 <= number <= INT32_MAX:
-        raise InvalidPartitionError(
-            f"partition {tuple(partition)!r}: the partition must be an int from -1 to "
-            f"{INT32_MAX}, not {number!r}"
-        )
+    try:
+        check_partition_number(number, produce=True)
+    except InvalidPartitionError as exc:
+        raise InvalidPartitionError(f"partition {tuple(partition)!r}: {exc}") from None
     return broker_id, number
 
 
@@ -83,10 +85,16 @@ class Router:
         self.key_serializer = key_serializer
 
     def key(self, key: Any) -> Any:
-        """The key as routing uses it (None: no key; keys mean nothing in static mode)."""
-        if key is None or self.cluster.static:
+        """The key as routing uses it (None: no key; keys mean nothing in static mode).
+        One the default partitioner would hash differently from process to process (a
+        float, an object) raises :class:`~aiokafka07.errors.InvalidConfigError`, in
+        static mode too."""
+        if key is None:
             return None
-        return key if self.key_serializer is None else self.key_serializer(key)
+        routed = key if self.key_serializer is None else self.key_serializer(key)
+        if self.cluster.static or self.partitioner is default_partition:
+            check_key(routed)
+        return None if self.cluster.static else routed
 
     def by_key(self, topic: str, key: Any) -> tuple[int, int]:
         """The partitioner's choice among the topic's candidates (``key`` from

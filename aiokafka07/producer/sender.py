@@ -15,8 +15,10 @@ Every outcome is classified, in one place (:meth:`Sender.settle`):
 * **retry**: the request never reached the broker (``maybe_delivered`` False), or its
   confirmation was lost and the producer retries unconfirmed messages. After a
   :class:`~aiokafka07.backoff.Backoff` delay, one retry task re-reads the cluster and
-  routes the batch again (a batch that shared a refused request goes alone, so that one
-  bad entry cannot take the others down twice); after ``retries`` attempts it fails;
+  routes the batch again; after ``retries`` attempts it fails. A batch that shared a
+  request the broker refused (closed the connection on) goes alone once, so that one bad
+  entry cannot take the others down twice; every other retry is batched with the rest
+  again (a broker that was down is no reason to send its batches one by one);
 * **fail**: anything else, with the error as the cause. An error that is not a
   :class:`~aiokafka07.errors.KafkaError` (a bug) is logged once with its traceback.
 
@@ -44,10 +46,10 @@ from ..errors import (
     RequestTimeoutError,
 )
 from ..pool import ConnectionPool
-from ..protocol import encode_multiproduce_request, encode_produce_request
+from ..protocol import LATEST, encode_multiproduce_request, encode_produce_request
 from ..supervisor import CrashPolicy, Supervisor
 from .accumulator import Accumulator, BrokerQueue
-from .batch import Batch
+from .batch import Batch, Route
 from .encoding import MessageSetEncoder
 from .results import Outcomes, ProduceResult, ProducerMetrics
 from .router import Router
@@ -99,6 +101,8 @@ class Sender:
         self._in_flight: dict[int, int] = {}
         self._slot: dict[int, asyncio.Event] = {}
         self._requests: dict[asyncio.Future[Any], tuple[int, list[Batch]]] = {}
+        # Per broker: failures in a row to hand it a request (it cannot be reached).
+        self._unreachable: dict[int, Backoff] = {}
         # Batches waiting to be routed again: (due time, sequence, batch).
         self._retry_queue: list[tuple[float, int, Batch]] = []
         self._retry_seq = itertools.count()
@@ -166,10 +170,21 @@ class Sender:
                 raise KafkaConnectionError(f"broker {broker_id} is not in the cluster")
             frame = self._frame(batches)
             conn = await self.pool.connection(address)
+            if self.confirm:
+                await conn.prepare_confirm(frame)  # for partition -1: learns the count
             future = conn.submit_produce(frame, confirm=self.confirm)
         except Exception as exc:
             self.settle(broker_id, batches, exc)
+            # Not again at once: meanwhile new messages fill whole batches, instead of
+            # a batch per linger going round the retries while the broker is away.
+            unreachable = self._unreachable.setdefault(
+                broker_id, Backoff(self.backoff.base, self.backoff.cap)
+            )
+            await asyncio.sleep(unreachable.failed())
             return
+        backoff = self._unreachable.get(broker_id)
+        if backoff is not None:
+            backoff.succeeded()
         self._taken.pop(broker_id, None)
         self._in_flight[broker_id] += 1
         self._requests[future] = (broker_id, batches)
@@ -186,7 +201,12 @@ class Sender:
         with contextlib.suppress(KafkaConnectionError):
             await conn.drain()  # flow control; a failure reaches the request's future
         if isolated:
-            await asyncio.wait([future])
+            # Alone until the broker processed it (the answer to a request behind it
+            # proves that): a refusal closes the connection, and nothing pipelined
+            # behind it may be lost with it. Its confirmation may take a flush longer.
+            batch = batches[0]
+            with contextlib.suppress(KafkaError):
+                await conn.offsets(batch.topic, max(batch.partition, 0), LATEST)
 
     def _completed(self, future: asyncio.Future[Any]) -> None:
         """A request ended (a done callback: nothing may escape it)."""
@@ -219,16 +239,30 @@ class Sender:
                 self.outcomes.deliver(batch, result)
             return
         address = self.cluster.brokers.get(broker_id) or f"broker {broker_id}"
+        if isinstance(exc, ProduceNotConfirmedError) and exc.processed:
+            # The broker processed the request; what its log shows is delivered, what it
+            # does not is failed, not retried: it drops a message over its
+            # max.message.size every time (and one that shows up late is in the log).
+            log.warning("produce to %s not confirmed: %s", address, exc)
+            for batch in batches:
+                if exc.partitions is None or (batch.topic, batch.partition) in exc.partitions:
+                    self.outcomes.fail(batch, exc)
+                else:
+                    result = ProduceResult(batch.topic, broker_id, batch.partition, True)
+                    self.outcomes.deliver(batch, result)
+            return
         if isinstance(exc, KafkaConnectionError):
             retriable = not exc.maybe_delivered or (
                 self.retry_unconfirmed
                 and isinstance(exc, (ProduceNotConfirmedError, RequestTimeoutError))
             )
+            refused = isinstance(exc, ProduceNotConfirmedError) and exc.refused
             log.warning("produce to %s failed (%s)", address, exc)
             for batch in batches:
                 if retriable:
-                    if len(batches) > 1:
-                        batch.isolated = True
+                    # Only a refusal may be one entry's fault: then each goes alone (and
+                    # the one refused alone again stays alone).
+                    batch.isolated = refused and (len(batches) > 1 or batch.isolated)
                     self.retry(batch, exc)
                 else:
                     self.outcomes.fail(batch, exc)
@@ -292,19 +326,19 @@ class Sender:
                 self._reroute(batch)
 
     def _reroute(self, batch: Batch) -> None:
-        for route, part in batch.split():
-            try:
-                if route is None:
-                    target = self.router.random_target(part.topic)
-                else:
-                    key, pinned = route
-                    target = pinned if pinned is not None else self.router.by_key(part.topic, key)
-            except Exception as exc:
-                log.warning("cannot route %d messages of %s again: %r", part.count, part.topic, exc)
-                self.outcomes.fail(part, exc)
-                continue
-            part.broker_id, part.partition = target
-            if self.closed:
+        topic = batch.topic
+
+        def target_of(route: Route | None) -> tuple[int, int]:
+            if route is None:
+                return self.router.random_target(topic)
+            key, pinned = route
+            return pinned if pinned is not None else self.router.by_key(topic, key)
+
+        for target, part in batch.regroup(target_of):
+            if isinstance(target, Exception):
+                log.warning("cannot route %d messages of %s again: %r", part.count, topic, target)
+                self.outcomes.fail(part, target)
+            elif self.closed:
                 self.outcomes.fail(part, part.last_error or exc_closed())
             else:
                 self.accumulator.requeue(part)

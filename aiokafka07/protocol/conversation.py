@@ -41,7 +41,14 @@ from ..errors import InvalidPartitionError, MalformedFrameError, ProtocolError
 from .requests import LATEST, RequestType, encode_offsets_request
 from .responses import FrameSplitter
 
-__all__ = ["Conversation", "Exchange", "Outgoing", "answer_limit", "confirm_target"]
+__all__ = [
+    "Conversation",
+    "Exchange",
+    "Outgoing",
+    "answer_limit",
+    "confirm_target",
+    "produce_entries",
+]
 
 T = TypeVar("T")
 
@@ -120,9 +127,10 @@ def answer_limit(frame: bytes) -> int | None:
     raise MalformedFrameError(f"unknown request type {request_type}")
 
 
-def confirm_target(frame: bytes) -> tuple[str, int]:
-    """The (topic, partition) of the last entry of a PRODUCE or MULTIPRODUCE frame: the
-    one a confirm probe asks about (a broker processes a MULTIPRODUCE in order)."""
+def produce_entries(frame: bytes) -> list[tuple[str, int, int]]:
+    """The (topic, partition, message set size) of every entry of a PRODUCE or
+    MULTIPRODUCE frame, in the order the broker processes them. Raises
+    :class:`MalformedFrameError` for anything else or a frame that does not parse."""
     request_type = _request_type(frame)
     if request_type not in _PRODUCE_TYPES:
         raise MalformedFrameError(f"request type {request_type} is not a produce")
@@ -133,9 +141,9 @@ def confirm_target(frame: bytes) -> tuple[str, int]:
             raise MalformedFrameError("multiproduce request without a count")
         (count,) = _I16.unpack_from(frame, 6)
         pos = 8
-        if count < 1:
-            raise MalformedFrameError("nothing to confirm: a multiproduce without entries")
-    topic, partition = "", 0
+        if count < 0:
+            raise MalformedFrameError(f"multiproduce request with {count} entries")
+    entries = []
     for _ in range(count):
         start = pos
         pos = _skip_topic(frame, pos)
@@ -148,8 +156,19 @@ def confirm_target(frame: bytes) -> tuple[str, int]:
         topic = frame[start + 2 : start + 2 + _I16.unpack_from(frame, start)[0]].decode(
             "utf-8", "replace"
         )
+        entries.append((topic, partition, size))
     if pos != len(frame):
         raise MalformedFrameError("produce request has bytes after its entries", position=pos)
+    return entries
+
+
+def confirm_target(frame: bytes) -> tuple[str, int]:
+    """The (topic, partition) of the last entry of a PRODUCE or MULTIPRODUCE frame: the
+    one a confirm probe asks about (a broker processes a MULTIPRODUCE in order)."""
+    entries = produce_entries(frame)
+    if not entries:
+        raise MalformedFrameError("nothing to confirm: a multiproduce without entries")
+    topic, partition, _ = entries[-1]
     return topic, partition
 
 

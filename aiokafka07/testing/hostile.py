@@ -1,12 +1,15 @@
-"""Hostile message sets, for testing that a client or broker stays bounded.
+"""Hostile message sets and brokers, for testing that a client or broker stays bounded.
 
-Each is valid up to the point where it costs memory or time: correct CRCs, so decoders
-get as far as decompressing; :func:`peak_rss` measures what one cost a process. Used by
-the test suite and ``benchmarks/bench_hostile.py``.
+Each message set is valid up to the point where it costs memory or time: correct CRCs,
+so decoders get as far as decompressing; :func:`peak_rss` measures what one cost a
+process. :class:`SilentBroker` is a "broker" that accepts connections and never reads
+them. Used by the test suite and ``benchmarks/bench_hostile.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import struct
 import zlib
 from pathlib import Path
@@ -14,7 +17,7 @@ from pathlib import Path
 from ..protocol import encode_message_set, gzip_compress
 from ..protocol._accel import impl as _impl
 
-__all__ = ["INNER_PARTIAL_WRAPPER", "SNAPPY_3_GIB", "gzip_bomb", "peak_rss"]
+__all__ = ["INNER_PARTIAL_WRAPPER", "SNAPPY_3_GIB", "SilentBroker", "gzip_bomb", "peak_rss"]
 
 #: One snappy wrapper (22 bytes) whose raw block declares 3,572,681,096 uncompressed
 #: bytes; unbounded, decoding it allocates that much before seeing the block is corrupt.
@@ -52,3 +55,63 @@ def peak_rss(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
+
+
+class _Deaf(asyncio.Protocol):
+    def __init__(self, server: SilentBroker) -> None:
+        self.server = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        transport.pause_reading()  # never reads: the kernel's buffers fill, then the client's
+        self.server.transports.add(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.closed_by_peer += 1
+
+
+class SilentBroker:
+    """A "broker" on 127.0.0.1 that accepts connections and never reads from them, like
+    a broker process that hangs: a client's writes fill the socket buffers, and nothing
+    is ever answered. An async context manager; closing aborts every connection.
+    ``broker_list`` is its static ``broker.list`` (broker id 0)."""
+
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+        self.transports: set[asyncio.Transport] = set()
+        #: Connections that ended (closed by the client, or aborted at close).
+        self.closed_by_peer = 0
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    @property
+    def broker_list(self) -> str:
+        return f"0:{self.host}:{self.port}"
+
+    async def __aenter__(self) -> SilentBroker:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Deaf(self), self.host, 0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        for transport in list(self.transports):
+            transport.abort()
+        self.transports.clear()
+        if server is not None:
+            server.close()
+            await server.wait_closed()

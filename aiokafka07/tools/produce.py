@@ -32,6 +32,7 @@ from .common import (
     describe_exit_status,
     parse_broker_partitions,
     parse_brokers,
+    positive_float,
     positive_int,
 )
 
@@ -97,6 +98,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         default=MAX_MESSAGE_SIZE,
         help=f"refuse larger records (0.7.2 max.message.size, {MAX_MESSAGE_SIZE})",
+    )
+    parser.add_argument(
+        "--request-timeout-ms",
+        type=positive_float,
+        default=30000.0,
+        metavar="MS",
+        help="how long a request may go unanswered, and a confirmation wait for the "
+        "broker's flush (30000)",
     )
     parser.add_argument(
         "--progress",
@@ -235,6 +244,7 @@ async def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             linger_ms=args.linger_ms,
             max_message_size=args.max_message_size,
+            request_timeout_ms=args.request_timeout_ms,
         )
         # Typed at a terminal: no bar over the line being typed; the summary at the end
         # (Ctrl-D) counts what was sent, and --progress reports in lines of their own.
