@@ -8,6 +8,7 @@ keeps serving the Python workers' fetches.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import os
 import shutil
@@ -745,7 +746,15 @@ def test_an_editable_install_is_found_without_registering(tmp_path: Path) -> Non
         assert done.returncode == 0, "\n".join(errors)[-3000:] or done.stderr[-3000:]
         return done.stdout
 
-    # --no-build-isolation: the machine's setuptools, no download; --no-deps: all present.
+    # --no-build-isolation: no download; the build backend is this environment's
+    # setuptools, which the test extra brings at the version pyproject.toml's build-system
+    # needs (an isolated build, as README's install does, fetches its own instead, so
+    # without the extra this environment keeps whatever the interpreter came with).
+    setuptools = importlib.metadata.version("setuptools")
+    assert int(setuptools.split(".")[0]) >= 77, (
+        f"setuptools {setuptools} here; the test extra installs >= 77: "
+        "python -m pip install -e '.[test,spark]'"
+    )
     run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", ".",
         cwd=project)  # fmt: skip
     script = tmp_path / "lookup.py"
