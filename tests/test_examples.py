@@ -200,6 +200,7 @@ def test_every_example_is_checked() -> None:
     assert sorted(CHECKS) == [p.name for p in EXAMPLES]
 
 
+@pytest.mark.timeout(900)  # the Spark example starts Spark: minutes on a busy machine
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_example(example: Path, request: pytest.FixtureRequest) -> None:
     if example.name in NEEDS:
@@ -212,7 +213,7 @@ def test_example(example: Path, request: pytest.FixtureRequest) -> None:
         [sys.executable, str(example)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=840,  # a bound for a hang, not for speed
         check=False,
         env={**os.environ, "PYTHONPATH": path},
     )
