@@ -221,7 +221,8 @@ async def test_one_ctrl_c_during_produce_stops_everything_with_one_line() -> Non
     assert line.endswith(" removed")
     assert not demo_directory(line).exists()
     assert "not delivered" not in out + err
-    assert seconds < 10, seconds  # under 2 s here; the margin is for a loaded machine
+    # Under 2 s on an idle machine; the bound is its clean-up's own (each step bounded).
+    assert seconds < 60, seconds
 
 
 @pytest.mark.timeout(900)  # Spark's start: minutes on a busy machine
@@ -237,4 +238,6 @@ async def test_one_ctrl_c_during_spark_stops_everything_with_one_line() -> None:
     (line,) = err.splitlines()
     assert line.startswith("aiokafka07 demo: interrupted during the Spark batch job: ")
     assert not demo_directory(line).exists()
-    assert seconds < 10, seconds  # under 2 s here; the margin is for a loaded machine
+    # Under 2 s on an idle machine; the bound is its clean-up's own: cancelling and
+    # stopping Spark 10 s each, the data source's sessions 15 s, then the cluster.
+    assert seconds < 60, seconds
