@@ -141,7 +141,7 @@ async def test_backpressure_and_oversized_messages(kafka_cluster: Any) -> None:
         async with Producer(
             brokers=cluster.broker_list,
             max_buffered_messages=50,
-            linger_ms=50,
+            linger_ms=500,  # far longer than the few loop turns below, however busy
             max_message_size=100,
         ) as p:
             with pytest.raises(MessageTooLargeError):
@@ -150,7 +150,8 @@ async def test_backpressure_and_oversized_messages(kafka_cluster: Any) -> None:
             with pytest.raises(QueueFullError):
                 p.send_nowait("bp", b"one too many")
             waiter = asyncio.ensure_future(p.send("bp", b"waits"))
-            await asyncio.sleep(0.01)
+            for _ in range(3):
+                await asyncio.sleep(0)  # the waiter runs, and finds no room
             assert not waiter.done()  # blocked until the linger flush makes room
             futures.append(await asyncio.wait_for(waiter, 5))
             await asyncio.gather(*futures)
