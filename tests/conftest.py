@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import inspect
 import os
 import textwrap
@@ -59,8 +60,10 @@ SLOW_MODULES = (
 PROCESS_STARTERS = frozenset({"ZooKeeperServer", "start_broker_process", "local_cluster"})
 
 
+@functools.cache
 def _calls(function: object) -> list[ast.Call]:
-    """The calls in a test function's own source (none if it cannot be read)."""
+    """The calls in a test function's own source (none if it cannot be read); once per
+    function, however many parameters it runs with."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))  # type: ignore[arg-type]
     except (OSError, TypeError, SyntaxError):
