@@ -164,6 +164,9 @@ async def test_fsync_and_unlink_run_off_the_event_loop(
         for i in range(20):  # a roll every few produces
             await conn.produce("synced", 0, [b"%03d" % i + bytes(100)], confirm=True)
         await conn.close()
+        # Retention runs once, log_cleanup_initial_delay_s after a start (then every 10
+        # minutes): restarted now, it finds every segment, however long the produces took.
+        await cluster.restart_broker(0)
         log = broker.logs.get_log("synced", 0) if broker.logs else None
         assert log is not None
         await eventually(lambda: log.start_offset > 0)  # retention deleted segments
