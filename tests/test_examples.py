@@ -121,7 +121,10 @@ def check_topic_filter(lines: list[str]) -> None:
     assert after.endswith("metrics-cpu x20, metrics-disk x20, metrics-mem x20")
     rebalances = re.search(r"rebalances so far: (\d+)", after)
     assert rebalances is not None
-    assert int(rebalances[1]) >= 2
+    # The count is of rebalances finished: the one that claims metrics-disk starts its
+    # fetches before it finishes, so on a busy machine its records can come first (1).
+    assert int(rebalances[1]) >= 1
+    # ... and the assignment, which only a rebalance changes, has the new topic.
     assert "assigned topics: metrics-cpu, metrics-disk, metrics-mem" in lines
     assert lines[-1] == (
         "final: metrics-cpu x20, metrics-disk x20, metrics-mem x20; logs-app x0 (not matched)"
