@@ -5,8 +5,8 @@ Tiers: ``python -m pytest -m "not slow"`` is the fast loop (codec, units, proper
 embedded brokers in this process); ``python -m pytest`` runs everything. A test is
 ``slow`` when it is marked so, or is in one of :data:`SLOW_MODULES`, or uses a fixture
 that starts a JVM (:data:`SLOW_FIXTURES`), or ``kafka_cluster`` for anything but brokers
-without ZooKeeper, or starts a process in its own body (:data:`PROCESS_STARTERS`): new
-tests land in the right tier by what they use.
+without ZooKeeper, or starts a process in its own body or in a fixture it uses
+(:data:`PROCESS_STARTERS`): new tests land in the right tier by what they use.
 """
 
 from __future__ import annotations
@@ -109,9 +109,17 @@ def is_slow(item: pytest.Item) -> bool:
     if used & SLOW_FIXTURES:
         return True
     calls = _calls(getattr(item, "function", None))
-    if _starts_processes(calls):
+    if _starts_processes(calls) or any(_starts_processes(_calls(f)) for f in _fixtures(item)):
         return True
     return "kafka_cluster" in used and not _without_zookeeper(calls)
+
+
+def _fixtures(item: pytest.Item) -> list[object]:
+    """The functions of the fixtures ``item`` uses (a module's own fixture may start a
+    process: a broker, a documentation build)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = getattr(info, "name2fixturedefs", {})
+    return [d.func for defs in definitions.values() for d in defs]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
