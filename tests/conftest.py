@@ -35,9 +35,13 @@ SLOW_FIXTURES = frozenset({"zookeeper_installed", "spark"})
 # benchmarks run as processes) start about twice as fast with the client compiler and the
 # serial collector, as the ZooKeeper fixtures already start theirs. Spark's launcher adds
 # SPARK_SUBMIT_OPTS to a driver's command line, SPARK_DAEMON_JAVA_OPTS to a standalone
-# master's and worker's; a user's own setting wins.
+# master's and worker's; a user's own setting wins. A driver also reads spark.* system
+# properties as settings: a Python worker gets 120 s instead of 15 to connect back to its
+# JVM (at a load of 20 on 2 cores, the streaming source's worker took longer to start).
 _SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", _SHORT_LIVED_JVM)
+os.environ.setdefault(
+    "SPARK_SUBMIT_OPTS", f"{_SHORT_LIVED_JVM} -Dspark.python.authenticate.socketTimeout=120s"
+)
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _SHORT_LIVED_JVM)
 
 
