@@ -12,8 +12,8 @@ with it: ``--reps`` repetitions of (library read, Spark read), median and spread
   touches every row (count and total value bytes), after a warm-up read; rows/s per core.
   Spark's own ceiling: the same query over a Python source that hands Spark one prebuilt
   Arrow batch again and again (no I/O, no decoding).
-* **Spark standalone**: a master and 2 workers (1 core, 1 GiB each, separate executor
-  JVMs) started here from the pyspark package, on loopback; rows/s per executor.
+* **Spark standalone**: a master and ``--workers`` workers (2; 1 core, 1 GiB each, separate
+  executor JVMs) started here from the pyspark package, on loopback; rows/s per executor.
 * **Split inside a segment** (local[2]): the one-segment partition read as a single range
   and cut into ``--split-pieces`` by ``maxBytesPerPartition`` (cuts found from a window
   of about ``maxMessageSize`` bytes each): rows/s, and the bytes the broker read from its
@@ -24,7 +24,7 @@ broker, the Spark master and workers with their executors, the drivers) is stopp
 the run ends, fails or is interrupted (Ctrl-C, SIGTERM).
 
 Run: ``python benchmarks/bench_spark.py [--messages N] [--partitions N] [--reps N]
-[--split-messages N] [--split-pieces N] [--no-standalone] [--json]``.
+[--split-messages N] [--split-pieces N] [--workers N] [--no-standalone] [--json]``.
 """
 
 from __future__ import annotations
@@ -275,7 +275,7 @@ async def interleaved(
     return library_rates, spark
 
 
-def session(mode: str, master: str | None) -> Any:
+def session(mode: str, master: str | None, workers: int) -> Any:
     from aiokafka07.spark import local_session
 
     cores = 1 if mode == "local[1]" else 2
@@ -284,7 +284,7 @@ def session(mode: str, master: str | None) -> Any:
         conf |= {
             "spark.executor.memory": "1g",
             "spark.executor.cores": "1",
-            "spark.cores.max": str(WORKERS),
+            "spark.cores.max": str(workers),
             "spark.pyspark.python": sys.executable,
         }
         if os.environ.get("PYTHONPATH"):  # executors import this library as the driver does
@@ -296,12 +296,14 @@ def session(mode: str, master: str | None) -> Any:
 async def measure_mode(
     mode: str, port: int, args: argparse.Namespace, work: Path, split_bytes: int, broker: int
 ) -> dict[str, Any]:
-    cluster = StandaloneCluster(work / "standalone") if mode == "standalone" else None
+    cluster = StandaloneCluster(work / "standalone", args.workers) if mode == "standalone" else None
     try:
         if cluster is not None:
             cluster.directory.mkdir()
             await asyncio.to_thread(cluster.start)
-        spark = await asyncio.to_thread(session, mode, cluster.url if cluster else None)
+        spark = await asyncio.to_thread(
+            session, mode, cluster.url if cluster else None, args.workers
+        )
         try:
             run = Run(spark, port, args.partitions)
             return await _measure_session(mode, run, args, split_bytes, broker)
@@ -329,7 +331,7 @@ async def _measure_session(
     library_rates, spark = await interleaved(args.reps, library, *reads)
     rows = spark[0][0][0]
     rates = [r / s for r, s in spark[0]]
-    units = WORKERS if mode == "standalone" else (1 if mode == "local[1]" else 2)
+    units = args.workers if mode == "standalone" else (1 if mode == "local[1]" else 2)
     per_unit = [rate / units for rate in rates]
     figures: dict[str, Any] = {
         "rows": rows,
@@ -340,7 +342,7 @@ async def _measure_session(
         ),
     }
     if mode == "standalone":
-        figures["executors"] = WORKERS
+        figures["executors"] = args.workers
         figures["per_executor_rows_per_s"] = spread(per_unit)
     if local:
         ceiling = [r / s for r, s in spark[1]]
@@ -467,6 +469,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--split-messages", type=int, default=1_000_000)
     parser.add_argument("--split-pieces", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=WORKERS, help="standalone workers")
     parser.add_argument("--no-standalone", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -1,10 +1,24 @@
-"""Shared test set-up: hypothesis profiles and a fixture running tests on both codec
-implementations (the C accelerator and its pure-Python twin)."""
+"""Shared test set-up: the two tiers, hypothesis profiles, and a fixture running tests on
+both codec implementations (the C accelerator and its pure-Python twin).
+
+Tiers: ``python -m pytest -m "not slow"`` is the fast loop (codec, units, properties,
+embedded brokers in this process); ``python -m pytest`` runs everything. A test is
+``slow`` when it is marked so, or is in one of :data:`SLOW_MODULES`, or uses a fixture
+that starts a JVM (:data:`SLOW_FIXTURES`), or ``kafka_cluster`` for anything but brokers
+without ZooKeeper, or starts a process in its own body or in a fixture it uses
+(:data:`PROCESS_STARTERS`): new tests land in the right tier by what they use.
+"""
 
 from __future__ import annotations
 
+import ast
+import fnmatch
+import functools
+import inspect
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -12,6 +26,111 @@ from hypothesis import HealthCheck, settings
 
 from aiokafka07.protocol import _accel, _pure
 from aiokafka07.testing import KafkaCluster
+
+#: Fixtures whose tests are slow: ZooKeeper (a JVM; every fixture that starts one, or
+#: runs the tools or the demo as processes, asks for ``zookeeper_installed``), and Spark.
+SLOW_FIXTURES = frozenset({"zookeeper_installed", "spark"})
+
+# Short-lived JVMs: Spark's drivers (in this process, or in the demo, examples and
+# benchmarks run as processes) start about twice as fast with the client compiler and the
+# serial collector, as the ZooKeeper fixtures already start theirs. Spark's launcher adds
+# SPARK_SUBMIT_OPTS to a driver's command line, SPARK_DAEMON_JAVA_OPTS to a standalone
+# master's and worker's; a user's own setting wins. A driver also reads spark.* system
+# properties as settings: a Python worker gets 120 s instead of 15 to connect back to its
+# JVM (at a load of 20 on 2 cores, the streaming source's worker took longer to start).
+_SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault(
+    "SPARK_SUBMIT_OPTS", f"{_SHORT_LIVED_JVM} -Dspark.python.authenticate.socketTimeout=120s"
+)
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _SHORT_LIVED_JVM)
+
+
+#: Modules whose tests run the tools, the demo, examples, benchmarks, linters, pytest or a
+#: broker as processes, through helpers of their own (file name patterns).
+SLOW_MODULES = (
+    "test_benchmarks",
+    "test_cli_*",
+    "test_demo",
+    "test_examples",
+    "test_hostile_broker",
+    "test_logging",
+    "test_pytest_plugin",
+    "test_quality",
+)
+
+#: Calls in a test's own body that start processes: ``subprocess.*``,
+#: ``asyncio.create_subprocess_*``, and these helpers (a ZooKeeper server of the test's
+#: own, a broker process, ZooKeeper and brokers as processes).
+PROCESS_STARTERS = frozenset({"ZooKeeperServer", "start_broker_process", "local_cluster"})
+
+
+@functools.cache
+def _calls(function: object) -> list[ast.Call]:
+    """The calls in a test function's own source (none if it cannot be read); once per
+    function, however many parameters it runs with."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
+        return []
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def _starts_processes(calls: list[ast.Call]) -> bool:
+    for call in calls:
+        func = call.func
+        if isinstance(func, ast.Name) and func.id in PROCESS_STARTERS:
+            return True
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.value.id == "subprocess" or func.attr.startswith("create_subprocess_"):
+                return True
+            if func.attr in PROCESS_STARTERS:
+                return True
+    return False
+
+
+def _without_zookeeper(calls: list[ast.Call]) -> bool:
+    """Whether the test's own body calls ``kafka_cluster(...)``, each time with
+    ``zookeeper=None`` (brokers in this process, no JVM). Anything else that uses the
+    factory (ZooKeeper, the default; settings passed as ``**``; a helper calling it) may
+    start ZooKeeper."""
+    clusters = [c for c in calls if isinstance(c.func, ast.Name) and c.func.id == "kafka_cluster"]
+    return bool(clusters) and all(
+        any(
+            k.arg == "zookeeper" and isinstance(k.value, ast.Constant) and k.value.value is None
+            for k in call.keywords
+        )
+        for call in clusters
+    )
+
+
+def is_slow(item: pytest.Item) -> bool:
+    """The tier rule (see the module's docstring)."""
+    if item.get_closest_marker("slow"):
+        return True
+    if any(fnmatch.fnmatch(item.path.stem, pattern) for pattern in SLOW_MODULES):
+        return True
+    used = set(getattr(item, "fixturenames", ()))
+    if used & SLOW_FIXTURES:
+        return True
+    calls = _calls(getattr(item, "function", None))
+    if _starts_processes(calls) or any(_starts_processes(_calls(f)) for f in _fixtures(item)):
+        return True
+    return "kafka_cluster" in used and not _without_zookeeper(calls)
+
+
+def _fixtures(item: pytest.Item) -> list[object]:
+    """The functions of the fixtures ``item`` uses (a module's own fixture may start a
+    process: a broker, a documentation build)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = getattr(info, "name2fixturedefs", {})
+    return [d.func for defs in definitions.values() for d in defs]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_slow(item) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
 
 settings.register_profile(
     "default",
@@ -53,7 +172,9 @@ def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
 
 
 @pytest.fixture
-async def cluster(kafka_cluster: Callable[..., KafkaCluster]) -> AsyncIterator[KafkaCluster]:
-    """One standalone broker (no ZooKeeper) with two partitions per topic."""
-    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as running:
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[KafkaCluster]:
+    """One standalone broker (no ZooKeeper) with two partitions per topic, in this
+    process (not through ``kafka_cluster``, whose users may start ZooKeeper)."""
+    log_root: Path = tmp_path_factory.mktemp("kafka-logs")
+    async with KafkaCluster(1, zookeeper=None, log_root=log_root, num_partitions=2) as running:
         yield running

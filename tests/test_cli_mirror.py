@@ -116,11 +116,18 @@ async def test_mirror_keeps_sets_and_loses_nothing_across_ctrl_c(
         await registered(zookeeper, source, "m")
         proc = await start_cli(*mirror, "--progress", "--progress-interval", "0.2")
         await eventually(copied, timeout=30)
-        await asyncio.sleep(0.3)  # a progress report or two
+        # Progress reports, read as they come up to one that says it is all caught up.
+        assert proc.stderr is not None
+        caught_up = re.compile(rb"^mirrored \d+ messages, .* msg/s.*waiting for the target$", re.M)
+        reports = b""
+        while not caught_up.search(reports):
+            line = await asyncio.wait_for(proc.stderr.readline(), 30)
+            assert line, reports.decode()  # the mirror must not end on its own
+            reports += line
         code, _, err = await stop_cli(proc, signal.SIGINT)
+        err = reports.decode() + err
         assert code == 0, err
         assert "Traceback" not in err
-        assert re.search(r"^mirrored \d+ messages, .* msg/s.*waiting for the target$", err, re.M)
         assert "mirrored 20 messages (" in err  # the summary: 5 entries on each of 4 partitions
         await committed_everything()
 

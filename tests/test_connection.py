@@ -290,10 +290,9 @@ async def test_broker_crash_fails_every_outstanding_request(cluster: KafkaCluste
             assert result == (offsets[-1],)
     assert conn.closed
     assert conn.in_flight == 0
-    started = time.monotonic()
+    # At once, not after a reconnect or a request timeout (30 s): bounded() fails a hang.
     with pytest.raises(KafkaConnectionError) as info:
-        await bounded(conn.offsets("crash", 0, LATEST), 1)
-    assert time.monotonic() - started < 0.5
+        await bounded(conn.offsets("crash", 0, LATEST), 5)
     assert not info.value.maybe_delivered
     with pytest.raises(KafkaConnectionError):
         await conn.produce("crash", 0, [b"x"])
@@ -324,16 +323,16 @@ async def test_request_timeout_closes_the_connection_and_fails_the_rest() -> Non
         await asyncio.sleep(0.1)
         others = [asyncio.ensure_future(conn.fetch("t", 0, 0, 100)) for _ in range(5)]
         with pytest.raises(RequestTimeoutError) as info:
-            await bounded(first, 5)
-        elapsed = time.monotonic() - started
-        assert 0.25 <= elapsed < 2
+            await bounded(first, 10)
+        assert time.monotonic() - started >= 0.25  # not before its timeout
         assert info.value.maybe_delivered
-        results = await bounded(asyncio.gather(*others, return_exceptions=True), 1)
+        # The others failed with the first timeout, not after their own 0.3 s (which ends
+        # 0.1 s later at the earliest): they are done as soon as the first is.
+        assert all(other.done() for other in others)
+        results = await bounded(asyncio.gather(*others, return_exceptions=True), 5)
         for result in results:
             assert isinstance(result, KafkaConnectionError)
             assert result.maybe_delivered
-        # The others failed with the first timeout, not after their own 0.3 s.
-        assert time.monotonic() - started < elapsed + 0.1
         assert conn.closed
         with pytest.raises(KafkaConnectionError):
             await conn.offsets("t", 0, LATEST)
@@ -979,19 +978,17 @@ GARBAGE_CASES: dict[str, tuple[list[Reply], type[KafkaError]]] = {
 async def test_garbage_ends_in_a_typed_error(case: str) -> None:
     script, expected = GARBAGE_CASES[case]
     async with GarbageServer(script) as server:
-        conn = await open_garbage(server, timeout=0.5)
-        started = time.monotonic()
-        result = await outcome(conn.offsets("t", 0, LATEST))
+        conn = await open_garbage(server, timeout=60)
+        # Nothing waits for the request timeout (60 s): outcome() fails a wait of 10 s.
+        result = await outcome(conn.offsets("t", 0, LATEST), 10)
         assert isinstance(result, expected), repr(result)
-        # Nothing waits for the request timeout (0.5 s) but silence and a truncated frame.
-        assert time.monotonic() - started < (3 if "close" in case else 0.4)
         if isinstance(result, KafkaConnectionError):
             assert result.maybe_delivered
         if not conn.closed:  # a well-framed but undecodable answer keeps the framing intact
             assert isinstance(result, MalformedFrameError)
             assert case.startswith("offsets") or case.startswith("negative offsets")
         else:
-            later = await outcome(conn.offsets("t", 0, LATEST), 1)
+            later = await outcome(conn.offsets("t", 0, LATEST), 5)
             assert isinstance(later, KafkaConnectionError)
         await bounded(conn.close(), 2)
 

@@ -30,13 +30,14 @@ def demo(*args: str) -> tuple[list[str], str]:
         [sys.executable, "-m", "aiokafka07", "demo", *args],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=840,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     return result.stdout.splitlines(), result.stderr
 
 
+@pytest.mark.timeout(900)  # Spark's start and three Spark jobs: minutes on a busy machine
 @pytest.mark.usefixtures("zookeeper_installed")
 def test_demo_pipeline_counts_agree_on_every_path() -> None:
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
@@ -189,7 +190,7 @@ async def ctrl_c_during(marker: str, *args: str) -> tuple[int, str, str, float]:
     seen: list[str] = []
     try:
         while marker not in (seen[-1] if seen else ""):
-            line = await asyncio.wait_for(process.stdout.readline(), 300)
+            line = await asyncio.wait_for(process.stdout.readline(), 600)
             assert line, "\n".join(seen)
             seen.append(line.decode())
         await asyncio.sleep(1.0)  # well inside the stage
@@ -220,17 +221,23 @@ async def test_one_ctrl_c_during_produce_stops_everything_with_one_line() -> Non
     assert line.endswith(" removed")
     assert not demo_directory(line).exists()
     assert "not delivered" not in out + err
-    assert seconds < 10, seconds  # under 2 s here; the margin is for a loaded machine
+    # Under 2 s on an idle machine; the bound is its clean-up's own (each step bounded).
+    assert seconds < 60, seconds
 
 
+@pytest.mark.timeout(900)  # Spark's start: minutes on a busy machine
 @pytest.mark.usefixtures("zookeeper_installed")
 async def test_one_ctrl_c_during_spark_stops_everything_with_one_line() -> None:
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    # 20,000 views: Spark's first job (its Python workers start) outlasts the second
+    # before the Ctrl-C whatever the count; more only makes the stages before it longer.
     status, out, err, seconds = await ctrl_c_during(
-        "(local Spark started", "--messages", "100000", "--members", "2"
+        "(local Spark started", "--messages", "20000", "--members", "2"
     )
     assert status == 130, out + err
     (line,) = err.splitlines()
     assert line.startswith("aiokafka07 demo: interrupted during the Spark batch job: ")
     assert not demo_directory(line).exists()
-    assert seconds < 10, seconds  # under 2 s here; the margin is for a loaded machine
+    # Under 2 s on an idle machine; the bound is its clean-up's own: cancelling and
+    # stopping Spark 10 s each, the data source's sessions 15 s, then the cluster.
+    assert seconds < 60, seconds

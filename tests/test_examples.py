@@ -121,7 +121,10 @@ def check_topic_filter(lines: list[str]) -> None:
     assert after.endswith("metrics-cpu x20, metrics-disk x20, metrics-mem x20")
     rebalances = re.search(r"rebalances so far: (\d+)", after)
     assert rebalances is not None
-    assert int(rebalances[1]) >= 2
+    # The count is of rebalances finished: the one that claims metrics-disk starts its
+    # fetches before it finishes, so on a busy machine its records can come first (1).
+    assert int(rebalances[1]) >= 1
+    # ... and the assignment, which only a rebalance changes, has the new topic.
     assert "assigned topics: metrics-cpu, metrics-disk, metrics-mem" in lines
     assert lines[-1] == (
         "final: metrics-cpu x20, metrics-disk x20, metrics-mem x20; logs-app x0 (not matched)"
@@ -200,6 +203,7 @@ def test_every_example_is_checked() -> None:
     assert sorted(CHECKS) == [p.name for p in EXAMPLES]
 
 
+@pytest.mark.timeout(900)  # the Spark example starts Spark: minutes on a busy machine
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_example(example: Path, request: pytest.FixtureRequest) -> None:
     if example.name in NEEDS:
@@ -212,7 +216,7 @@ def test_example(example: Path, request: pytest.FixtureRequest) -> None:
         [sys.executable, str(example)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=840,  # a bound for a hang, not for speed
         check=False,
         env={**os.environ, "PYTHONPATH": path},
     )

@@ -10,6 +10,7 @@ peak RSS (VmHWM) is its own, and a blocked event loop shows as a slow second cli
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import threading
 import time
@@ -41,18 +42,16 @@ async def broker(tmp_path: Path) -> AsyncIterator[tuple[int, BrokerAddress]]:
         await asyncio.wait_for(process.wait(), 30)
 
 
-async def round_trips(address: BrokerAddress, stop: asyncio.Event) -> list[float]:
-    """When each OFFSETS round trip of a healthy client, sent back to back until
-    ``stop``, completed."""
+async def round_trips(address: BrokerAddress, stop: asyncio.Event, done: list[float]) -> None:
+    """Append to ``done`` when each OFFSETS round trip of a healthy client, sent back to
+    back until ``stop``, completed."""
     conn = await BrokerConnection.open(address, request_timeout_ms=30_000)
-    done = []
     try:
         while not stop.is_set():
             await conn.offsets("healthy", 0, LATEST, 1)
             done.append(time.monotonic())
     finally:
         await conn.close()
-    return done
 
 
 async def test_gzip_bomb_is_refused_within_the_bound_and_others_are_served(
@@ -67,25 +66,25 @@ async def test_gzip_bomb_is_refused_within_the_bound_and_others_are_served(
     (wrapper,) = decode_message_set(bomb, shallow=True).messages
     assert len(wrapper.value) < 1_000_000  # passes max.message.size
     stop = asyncio.Event()
-    healthy = asyncio.create_task(round_trips(address, stop))
-    await asyncio.sleep(0.3)  # the healthy client in full swing: its quiet rate
+    done: list[float] = []
+    healthy = asyncio.create_task(round_trips(address, stop, done))
+    await eventually(lambda: len(done) >= 20 or healthy.done(), 30)  # in full swing
     attacker = await RawConnection.open(address.host, address.port)
     sent = time.monotonic()
     await attacker.send(encode_produce_request("bombed", 0, bomb))
     assert await attacker.closed_by_peer(timeout=60)  # refused as 0.7.2 refuses bad sets
     refused = time.monotonic()
     stop.set()
-    done = await healthy
+    await healthy
     await attacker.close()
     assert peak_rss(pid) < 2 * BOUND
     # Served all along: while the bomb was read, inflated and refused, the healthy client
-    # kept a good part of its quiet rate. (Inflating on the loop, as before, stops it
-    # for most of that time: about 8% of the quiet rate, measured.)
-    quiet = [t for t in done if t < sent]
-    during = [t for t in done if sent <= t <= refused]
-    quiet_rate = len(quiet) / (sent - quiet[0])
-    bomb_rate = len(during) / (refused - sent)
-    assert bomb_rate > 0.25 * quiet_rate, (bomb_rate, quiet_rate, refused - sent)
+    # never waited long. Inflating on the loop, as before, stops it for one stretch of
+    # most of that time. The longest wait as a share of the whole is a ratio of two times
+    # that a busy machine stretches alike (a throughput ratio did not hold under load).
+    during = [sent, *(t for t in done if sent <= t <= refused), refused]
+    longest = max(b - a for a, b in itertools.pairwise(during))
+    assert longest < 0.5 * (refused - sent), (longest, refused - sent, len(during) - 2)
     conn = await BrokerConnection.open(address)
     try:
         assert await conn.offsets("bombed", 0, LATEST, 1) == (0,)  # nothing appended
@@ -165,6 +164,9 @@ async def test_fsync_and_unlink_run_off_the_event_loop(
         for i in range(20):  # a roll every few produces
             await conn.produce("synced", 0, [b"%03d" % i + bytes(100)], confirm=True)
         await conn.close()
+        # Retention runs once, log_cleanup_initial_delay_s after a start (then every 10
+        # minutes): restarted now, it finds every segment, however long the produces took.
+        await cluster.restart_broker(0)
         log = broker.logs.get_log("synced", 0) if broker.logs else None
         assert log is not None
         await eventually(lambda: log.start_offset > 0)  # retention deleted segments

@@ -246,7 +246,8 @@ async def test_asyncio_loop_keeps_running_while_kafka_is_down(
     await handler.aclose()  # waits up to its close timeout, in a worker thread
     stop.set()
     await ticking
-    assert max(gaps) < 0.2, max(gaps)
+    # Closing waits in a worker thread: on the loop it would stop the ticker for its 2 s.
+    assert max(gaps) < 1.0, max(gaps)
     stats = handler.stats()
     assert stats.delivered == 0
     assert stats.dropped == 2000

@@ -4,6 +4,9 @@ backoff, address changes and a clean close."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -100,11 +103,33 @@ async def test_reconnect_after_the_broker_restarts(cluster: KafkaCluster) -> Non
         assert await third.offsets("rs", 1, LATEST) == (entry_size(4),)
 
 
+NEXT_TRY = re.compile(r"\((\d+) failures; next try in ([\d.]+) s\)")
+
+
 async def test_backoff_grows_on_failures_and_resets_after_success(
-    cluster: KafkaCluster,
+    cluster: KafkaCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The schedule is read from the pool's warnings (failure count, delay chosen, when);
+    the clock only checks that each try waits out the delay chosen before it, and that a
+    first try does not wait (bounds a busy machine cannot break)."""
+    caplog.set_level(logging.WARNING, logger="aiokafka07.pool")
     address = address_of(cluster)
-    base, cap = 0.1, 0.4
+    base, cap = 0.4, 0.8
+
+    def tries() -> list[tuple[int, float, float]]:
+        """(failures, next delay, wall time) of each failed try so far."""
+        found = []
+        for record in caplog.records:
+            if match := NEXT_TRY.search(record.getMessage()):
+                found.append((int(match[1]), float(match[2]), record.created))
+        return found
+
+    def waited_out(earlier: tuple[int, float, float], later_at: float) -> None:
+        """A try at ``later_at`` came no sooner than ``earlier`` said, and not much later
+        (the delay is logged to 0.01 s)."""
+        _, delay, at = earlier
+        assert delay - 0.006 <= later_at - at <= delay + 2, (delay, later_at - at)
+
     async with ConnectionPool(reconnect_backoff_ms=(base * 1000, cap * 1000)) as pool:
         await cluster.stop_broker(0)
 
@@ -115,23 +140,32 @@ async def test_backoff_grows_on_failures_and_resets_after_success(
             assert not info.value.maybe_delivered
             return time.monotonic() - started
 
-        delays = [await failing_attempt() for _ in range(5)]
-        # First try at once, then base, 2 base, 4 base (= cap), cap; jitter is ±20 %.
-        assert delays[0] < 0.07
-        for measured, nominal in zip(delays[1:], [base, 2 * base, cap, cap], strict=True):
-            assert 0.75 * nominal <= measured <= 1.25 * nominal + 0.1, delays
+        first = await failing_attempt()
+        assert first < 0.75 * base  # the first try at once (a refused connect: ~1 ms)
+        for _ in range(3):
+            await failing_attempt()
+        failed = tries()
+        # base, 2 base, then the cap (4 base uncapped), each +-20 %.
+        assert [n for n, _, _ in failed] == [1, 2, 3, 4]
+        for (_, delay, _), nominal in zip(failed, [base, 2 * base, cap, cap], strict=True):
+            assert 0.8 * nominal - 0.005 <= delay <= 1.2 * nominal + 0.005, failed
+        for earlier, later in itertools.pairwise(failed):
+            waited_out(earlier, later[2])
 
         await cluster.start_broker(0)
-        started = time.monotonic()
         conn = await asyncio.wait_for(pool.connection(address), 5)
-        assert 0.75 * cap <= time.monotonic() - started  # still waits the backoff once
+        waited_out(failed[-1], time.time())  # still waits the backoff once
         assert await conn.offsets("bo", 0, LATEST) == (0,)
 
         await cluster.stop_broker(0)
         await eventually(lambda: conn.closed, 5)
-        after_success = [await failing_attempt() for _ in range(2)]
-        assert after_success[0] < 0.07  # reset: the first failure costs nothing
-        assert 0.75 * base <= after_success[1] <= 1.25 * base + 0.1
+        first = await failing_attempt()
+        assert first < 0.75 * base  # reset: the first failure costs nothing ...
+        await failing_attempt()
+        again = tries()[len(failed) :]
+        assert [n for n, _, _ in again] == [1, 2]  # ... and counts from 1 again
+        assert 0.8 * base - 0.005 <= again[0][1] <= 1.2 * base + 0.005
+        waited_out(again[0], again[1][2])
 
 
 async def test_address_change_replaces_the_old_connections(kafka_cluster: Factory) -> None:
@@ -164,16 +198,18 @@ async def test_address_change_replaces_the_old_connections(kafka_cluster: Factor
 async def test_a_call_racing_an_address_change_gets_the_address_it_asked_for() -> None:
     """A caller with the old address while the pool is still closing the old connections
     must not make the pool hand that old connection out for the new address."""
-    slow_answer = [Reply(encode_offsets_response([5]), delay=0.3)]
+    slow_answer = [Reply(encode_offsets_response([5]), delay=1.5)]
     async with GarbageServer(slow_answer) as old_server, GarbageServer() as new_server:
         old_address = BrokerAddress(0, old_server.host, old_server.port)
         new_address = BrokerAddress(0, new_server.host, new_server.port)
         async with ConnectionPool() as pool:
             old = await pool.connection(old_address)
             pending = asyncio.ensure_future(old.offsets("t", 0, LATEST))
-            await asyncio.sleep(0.05)
+            await eventually(lambda: old_server.requests, 5)  # the answer comes in 1.5 s
             moving = asyncio.ensure_future(pool.connection(new_address))
-            await asyncio.sleep(0.01)  # the pool is closing `old` (waiting for its answer)
+            # The pool is closing `old` (waiting for its answer).
+            await eventually(lambda: old not in pool.connections(old_address), 5)
+            assert not old.closed
             stale = await asyncio.wait_for(pool.connection(old_address), 5)
             assert stale.address == old_address
             conn = await asyncio.wait_for(moving, 5)
@@ -221,10 +257,10 @@ async def test_close_fails_what_does_not_finish_in_time() -> None:
         pool = ConnectionPool()
         conn = await pool.connection(address)
         tasks = [asyncio.ensure_future(conn.offsets("t", 0, LATEST)) for _ in range(10)]
-        await asyncio.sleep(0.05)
+        await eventually(lambda: len(server.requests) == 10, 5)
         started = time.monotonic()
         await pool.close(timeout_ms=200)
-        assert 0.15 <= time.monotonic() - started < 2
+        assert 0.15 <= time.monotonic() - started < 10  # its 200 ms, not the requests' 30 s
         results = await asyncio.gather(*tasks, return_exceptions=True)
         for result in results:
             assert isinstance(result, KafkaConnectionError)

@@ -538,9 +538,9 @@ async def test_a_timeout_is_not_retried() -> None:
     ):
         started = time.monotonic()
         with pytest.raises(RequestTimeoutError):
-            await asyncio.wait_for(consumer.fetch("t", 0, 0), 5)
-        assert time.monotonic() - started < 1
-        assert server.connections == 1
+            await asyncio.wait_for(consumer.fetch("t", 0, 0), 10)
+        assert time.monotonic() - started >= 0.25  # its one timeout of 0.3 s
+        assert server.connections == 1  # a retry reconnects: the timeout closed the first
 
 
 async def test_iteration_retries_a_broken_connection_once() -> None:

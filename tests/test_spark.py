@@ -8,6 +8,7 @@ keeps serving the Python workers' fetches.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import os
 import shutil
@@ -640,6 +641,7 @@ def batch_under_way(checkpoint: Path, after: int) -> int | None:
     return None
 
 
+@pytest.mark.timeout(1200)  # three drivers, each starting Spark: minutes on a busy machine
 async def test_stream_is_exactly_once_with_its_driver_killed_twice_mid_batch(
     spark: SparkSession, kafka_cluster: Any, zookeeper: str, tmp_path: Path
 ) -> None:
@@ -658,10 +660,10 @@ async def test_stream_is_exactly_once_with_its_driver_killed_twice_mid_batch(
             )  # fmt: skip
             try:
                 if not kill:
-                    _, stderr = await asyncio.wait_for(driver.communicate(), 240)
+                    _, stderr = await asyncio.wait_for(driver.communicate(), 600)
                     assert driver.returncode == 0, stderr.decode()[-3000:]
                     break
-                deadline = loop.time() + 180
+                deadline = loop.time() + 400  # Spark's start, on a busy machine
                 while (batch := batch_under_way(checkpoint, killed)) is None:
                     assert driver.returncode is None, (await driver.communicate())[1][-3000:]
                     assert loop.time() < deadline, "no micro-batch started"
@@ -710,6 +712,7 @@ async def test_streaming_write_copies_a_topic(
     assert sorted(copied) == values
 
 
+@pytest.mark.timeout(900)  # a build (the C accelerator) and Spark's start, when busy
 def test_an_editable_install_is_found_without_registering(tmp_path: Path) -> None:
     """``pip install -e`` of a copy of the project into a fresh virtual environment, then
     ``format("kafka07")`` with no ``register()``: PySpark's lookup lists ``sys.path`` for
@@ -745,7 +748,15 @@ def test_an_editable_install_is_found_without_registering(tmp_path: Path) -> Non
         assert done.returncode == 0, "\n".join(errors)[-3000:] or done.stderr[-3000:]
         return done.stdout
 
-    # --no-build-isolation: the machine's setuptools, no download; --no-deps: all present.
+    # --no-build-isolation: no download; the build backend is this environment's
+    # setuptools, which the test extra brings at the version pyproject.toml's build-system
+    # needs (an isolated build, as README's install does, fetches its own instead, so
+    # without the extra this environment keeps whatever the interpreter came with).
+    setuptools = importlib.metadata.version("setuptools")
+    assert int(setuptools.split(".")[0]) >= 77, (
+        f"setuptools {setuptools} here; the test extra installs >= 77: "
+        "python -m pip install -e '.[test,spark]'"
+    )
     run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", ".",
         cwd=project)  # fmt: skip
     script = tmp_path / "lookup.py"

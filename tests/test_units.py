@@ -42,7 +42,7 @@ from aiokafka07.validation import check_ms, check_optional_ms, renamed_options_t
 
 from .garbage_server import GarbageServer
 from .test_cli_common import unused_port
-from .wire import address_of
+from .wire import address_of, eventually
 
 ADDRESS = BrokerAddress(0, "127.0.0.1", 1)
 STATIC = "0:127.0.0.1:1"
@@ -149,7 +149,7 @@ async def test_producer_close_timeout(how: str) -> None:
         producer = Producer(brokers=f"0:{server.host}:{server.port}", retries=0, linger_ms=0)
         await producer.start()
         future = await producer.send("t", b"x")
-        await asyncio.sleep(0.05)  # written, waiting for its confirmation
+        await eventually(lambda: server.requests, 10)  # written, waiting for its confirmation
         started = time.monotonic()
         closing = CLOSE[how](producer)
         with warned("timeout_ms", old="_ms" not in how), pytest.raises(KafkaError):
@@ -190,8 +190,9 @@ async def test_broker_connection_times_out_and_closes_in_time(old: bool) -> None
         assert 0.25 <= time.monotonic() - started < 5
 
         conn = await BrokerConnection.open(address, request_timeout_ms=30_000)
+        requests = len(server.requests)
         pending = asyncio.ensure_future(conn.offsets("t", 0, LATEST))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: len(server.requests) > requests, 10)  # outstanding
         started = time.monotonic()
         with warned("timeout_ms", old=old):
             await (conn.close(0.2) if old else conn.close(timeout_ms=200))
