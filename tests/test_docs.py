@@ -328,15 +328,25 @@ def test_wheel_metadata_has_urls_classifiers_and_keywords(
         assert (ROOT / url.partition("#")[0]).exists(), url
 
     classifiers = metadata.get_all("Classifier")
-    minimum = re.fullmatch(r">=3\.(\d+)", metadata["Requires-Python"])
-    assert minimum is not None
+    # requires-python admits exactly the versions the classifiers name (each tested in
+    # CI: noxfile.py's SUPPORTED), from the lowest to the highest.
+    # (The wheel's field lists the specifiers in any order.)
+    specifiers = sorted(metadata["Requires-Python"].split(","), key=lambda x: x[0] != ">")
+    bounds = re.fullmatch(r">=3\.(\d+)(?:,<3\.(\d+))?", ",".join(specifiers))
+    assert bounds is not None, metadata["Requires-Python"]
     versions = sorted(
         int(c.rpartition(".")[2])
         for c in classifiers
         if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
     )
-    assert versions[0] == int(minimum[1])
+    assert versions[0] == int(bounds[1])
     assert versions == list(range(versions[0], versions[-1] + 1))
+    if bounds[2] is not None:
+        assert int(bounds[2]) == versions[-1] + 1
+    noxfile = (ROOT / "noxfile.py").read_text()
+    tested = re.search(r"^SUPPORTED = \((.*)\)$", noxfile, re.MULTILINE)
+    assert tested is not None
+    assert [int(v.strip(' "').rpartition(".")[2]) for v in tested[1].split(",")] == versions
     for prefix in ("Development Status :: ", "Operating System :: ", "Topic :: "):
         assert any(c.startswith(prefix) for c in classifiers), prefix
     assert "kafka" in metadata["Keywords"].split(",")
