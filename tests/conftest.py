@@ -3,7 +3,8 @@ both codec implementations (the C accelerator and its pure-Python twin).
 
 Tiers: ``python -m pytest -m "not slow"`` is the fast loop (codec, units, properties,
 embedded brokers in this process); ``python -m pytest`` runs everything. A test is
-``slow`` when it is marked so, or is in one of :data:`SLOW_MODULES`, or uses a fixture
+``slow`` when it is marked so (one that waits seconds on purpose: a timeout, a backoff
+or a broker's flush it checks), or is in one of :data:`SLOW_MODULES`, or uses a fixture
 that starts a JVM (:data:`SLOW_FIXTURES`), or ``kafka_cluster`` for anything but brokers
 without ZooKeeper, or starts a process in its own body or in a fixture it uses
 (:data:`PROCESS_STARTERS`): new tests land in the right tier by what they use.

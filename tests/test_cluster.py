@@ -499,6 +499,7 @@ async def test_close_leaves_no_task_behind(zookeeper: str) -> None:
         assert not any(zk.client.session.watch_callbacks.values())
 
 
+@pytest.mark.slow  # waits out a connection timeout
 async def test_start_fails_cleanly_without_zookeeper() -> None:
     before = asyncio.all_tasks()
     cluster = ZooKeeperCluster("127.0.0.1:1/x", connection_timeout_ms=300)

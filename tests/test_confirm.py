@@ -34,6 +34,10 @@ BIG = b"y" * 2_000_000
 #: The client check relaxed above the broker's: the broker, not the client, refuses BIG.
 RELAXED = 5_000_000
 
+#: A dropped produce is known only once its confirm deadline has passed: each test waits
+#: out at least one (1.5 s and more), so the module is in the slow tier.
+pytestmark = pytest.mark.slow
+
 
 async def connect(cluster: KafkaCluster, **options: Any) -> BrokerConnection:
     options.setdefault("max_message_size", RELAXED)

@@ -106,6 +106,7 @@ async def test_reconnect_after_the_broker_restarts(cluster: KafkaCluster) -> Non
 NEXT_TRY = re.compile(r"\((\d+) failures; next try in ([\d.]+) s\)")
 
 
+@pytest.mark.slow  # waits through a backoff schedule (3 s)
 async def test_backoff_grows_on_failures_and_resets_after_success(
     cluster: KafkaCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -195,6 +196,7 @@ async def test_address_change_replaces_the_old_connections(kafka_cluster: Factor
             assert await again.offsets("moved", 0, LATEST) == (entry_size(5),)
 
 
+@pytest.mark.slow  # holds an answer back 1.5 s
 async def test_a_call_racing_an_address_change_gets_the_address_it_asked_for() -> None:
     """A caller with the old address while the pool is still closing the old connections
     must not make the pool hand that old connection out for the new address."""

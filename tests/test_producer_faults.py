@@ -314,6 +314,7 @@ async def test_a_crashed_sender_fails_its_work_and_a_new_one_takes_over(
         assert all_values(await read_logs(cluster, "t")) == [b"after"]
 
 
+@pytest.mark.slow  # waits out a 2 s close
 async def test_close_counts_every_undelivered_message_by_cause_within_its_timeout() -> None:
     """40,000 sends to a broker that never reads, then close(timeout_ms=2000): close
     returns in time, and its error counts the messages of each cause (written but not

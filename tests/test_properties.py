@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from aiokafka07.errors import (
@@ -120,7 +120,7 @@ def test_every_truncation_yields_exactly_the_complete_entries(
     buf, ends = build(entries)
     cuts = (
         range(len(buf) + 1)
-        if len(buf) <= 600
+        if len(buf) <= 300
         else data.draw(st.lists(st.integers(0, len(buf)), min_size=50, max_size=50))
     )
     for cut in cuts:
@@ -412,6 +412,8 @@ def test_splitter_on_garbage_gives_frames_or_a_typed_error(
     st.lists(st.integers(1, 100_000), min_size=1, max_size=20),
     st.booleans(),
 )
+# Fewer examples than the profile's: each may feed a megabyte in chunks of a few bytes.
+@settings(max_examples=min(50, settings.default.max_examples))
 def test_splitter_collects_large_frames_the_same_however_bytes_arrive(
     sizes: list[int], chunk_sizes: list[int], bad_tail: bool
 ) -> None:

@@ -209,6 +209,7 @@ async def test_topic_registrations_from_real_brokers(kafka_cluster: Any, zookeep
         assert await read_topic_registrations(zk, "reg") == {0: 3, 1: 3}
 
 
+@pytest.mark.slow  # waits out a connection timeout
 async def test_unreachable_zookeeper_is_a_complete_error() -> None:
     """A timeout says what went wrong, instead of ending in a bare colon."""
 
