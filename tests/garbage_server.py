@@ -66,11 +66,17 @@ class LoopbackServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+        # A connection accepted just before server.close() starts its handler a step later,
+        # so look again after each round (bounded: nothing new is accepted after close()).
+        for _ in range(10):
+            await asyncio.sleep(0)
+            if not self._handlers:
+                break
+            for writer in list(self._writers):
+                writer.transport.abort()
+            for task in list(self._handlers):
+                task.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
         if server is not None:
             await server.wait_closed()
 
@@ -84,11 +90,15 @@ class LoopbackServer:
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            self._handlers.discard(task)
             self._writers.discard(writer)
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            try:
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+            finally:
+                # Only now: close() awaits every handler still in the set, so one that
+                # left it before its last await would outlive the server.
+                self._handlers.discard(task)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError

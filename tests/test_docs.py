@@ -176,10 +176,12 @@ class TableChecker(ast.NodeVisitor):
         self.where = where
         self.errors: list[str] = []
         self.checked = 0
-        self.awaited: set[int] = set()
+        # The awaited nodes themselves, not their id(): a checker visits several trees, and
+        # the id of a node from a tree already freed can be reused by a node of the next.
+        self.awaited: set[ast.expr] = set()
 
     def visit_Await(self, node: ast.Await) -> None:
-        self.awaited.add(id(node.value))
+        self.awaited.add(node.value)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -247,7 +249,7 @@ class TableChecker(ast.NodeVisitor):
         except TypeError as exc:
             self.errors.append(f"{self.where}: {name}{signature}: {exc}")
         if bound:
-            awaited = id(node) in self.awaited
+            awaited = node in self.awaited
             if inspect.iscoroutinefunction(function) and not awaited:
                 self.errors.append(f"{self.where}: {name} is a coroutine: await it")
             if awaited and not inspect.iscoroutinefunction(function):
