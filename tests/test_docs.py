@@ -19,6 +19,7 @@ import inspect
 import re
 import subprocess
 import sys
+import typing
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -211,6 +212,16 @@ class TableChecker(ast.NodeVisitor):
             if cls is not None:
                 if not hasattr(cls, func.attr):
                     return None  # reported by visit_Attribute
+                found = inspect.getattr_static(cls, func.attr)
+                if isinstance(found, property):
+                    # A property whose value is called (``consumer.subscription()``):
+                    # the call binds to its return type's ``__call__``.
+                    returned: Any = typing.get_type_hints(found.fget).get("return")
+                    mro = returned.__mro__ if isinstance(returned, type) else ()
+                    if not any("__call__" in vars(klass) for klass in mro):
+                        self.errors.append(f"{self.where}: {func.attr} is not callable")
+                        return None
+                    return returned.__call__, True
                 return getattr(cls, func.attr), True
         name = dotted(func)
         if name is None or not (name[0].isupper() or name.startswith("aiokafka07.")):
@@ -287,6 +298,8 @@ def test_migration_tables_match_the_signatures(page: str) -> None:
     [
         ("`await consumer.commit(partition=None)`", "unexpected keyword argument 'partition'"),
         ("`consumer.seek_to_end(*tps)`", "is a coroutine: await it"),
+        ("`consumer.subscription(tp)`", "too many positional arguments"),
+        ("`consumer.rebalances()`", "rebalances is not callable"),
         ("`await consumer.seek(tp, 0)`", "is not a coroutine function"),
         ("`await simple.fetch(t, p)`", "missing a required argument"),
         ("`consumer.nothing_like_this`", "has no 'nothing_like_this'"),
