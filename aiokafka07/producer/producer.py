@@ -13,11 +13,15 @@ The invariant: every message ``send()`` accepted ends, delivered or failed with 
 wrong, and raises :class:`ProducerClosedError` naming every place messages failed, with
 the cause's text.
 
-0.7 never acknowledges a produce. With ``confirm`` (the default) an OFFSETS request is
-pipelined behind each request, and messages count as delivered once it is answered. If
-the connection breaks first, they are sent again (``on_unconfirmed="retry"``: at least
-once) or failed (``"fail"``: at most once). Without confirm, delivered means written to
-the socket.
+0.7 never acknowledges a produce, and a broker drops a message over its
+``max.message.size`` without closing the connection. With ``confirm`` (the default) the
+connection reads the partition's log end (OFFSETS) before its first confirmed produce
+there and after each request, and messages count as delivered once the log has grown by
+every byte the connection wrote there (:mod:`aiokafka07.confirm`); OFFSETS shows flushed
+data only, so this waits for the broker's flush. A request the log never shows fails with
+:class:`ProduceNotConfirmedError`. If the connection breaks first, the messages are sent
+again (``on_unconfirmed="retry"``: at least once) or failed (``"fail"``: at most once).
+Without confirm, delivered means written to the socket.
 """
 
 from __future__ import annotations

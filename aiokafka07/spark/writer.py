@@ -11,7 +11,8 @@ broker fails ``save()`` (or the streaming query's start) at once, not every task
 its retries. A ``headers`` column is refused: 0.7 messages have none, and dropping it
 silently would lose data. The task's producer shares the process's cluster
 view and connections, batches and compresses as configured and, in confirm mode, knows
-every message was processed before the task reports success. A message that cannot be
+every message is in the partition's log (its log end grew by every byte written) before
+the task reports success. A message that cannot be
 delivered fails the task (and so the job, once Spark's retries are spent): never a
 silent loss. A retried task writes its rows again: delivery is at least once, as with
 any 0.7 producer.
