@@ -469,10 +469,14 @@ class KafkaHandler(logging.Handler):
         )
         sender.add_done_callback(self._sender_ended)
         await self._stop.wait()
-        # close() waits close_timeout_ms: the thread keeps a tenth of it for its own end.
+        # close() waits close_timeout_ms from its call: the steps below end a fifth of it
+        # (at most 1 s) before, which the thread keeps for its own end (cancelling what is
+        # left, closing its loop, and being scheduled at all on a busy machine).
         loop = asyncio.get_running_loop()
         budget = self.close_timeout_ms / 1000
-        self._deadline = loop.time() + 0.9 * budget
+        close_deadline = self._close_deadline or time.monotonic() + budget
+        # loop.time() is time.monotonic() (the default event loop's clock).
+        self._deadline = loop.time() + (close_deadline - time.monotonic()) - min(0.2 * budget, 1.0)
 
         def left() -> float:
             return max(self._deadline - loop.time(), 0.0)
@@ -480,7 +484,7 @@ class KafkaHandler(logging.Handler):
         try:
             # Most of it to hand what is buffered to the producer; the producer's close
             # gets the rest (it delivers what it holds, then fails what is left).
-            await asyncio.wait_for(self._hand_over(), 0.6 * budget)
+            await asyncio.wait_for(self._hand_over(), 0.75 * left())  # 0.6 of the budget
         except asyncio.TimeoutError:
             log.warning(
                 "closing the Kafka log handler of %s: records still waiting after %g ms are "
