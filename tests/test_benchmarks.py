@@ -57,6 +57,22 @@ def test_codec_benchmark_reports_every_figure_and_ratio() -> None:
             assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
 
 
+def test_gzip_level_benchmark_reports_time_and_bytes_over_level_6() -> None:
+    figures = run_json("bench_gzip_level.py", "--messages", "200", "--budget", "0.2")
+    assert figures["reps"] >= 5
+    assert len(figures["load_before"]) == len(figures["load_after"]) == 3
+    assert len(figures["payloads"]) == 2
+    for payload in figures["payloads"].values():
+        levels = payload["levels"]
+        assert set(levels) == {"1", "3", "6", "9"}
+        assert levels["6"]["encode_time_over_level_6"]["median"] == 1.0
+        assert levels["1"]["wrapper_bytes"] > levels["9"]["wrapper_bytes"]
+        for figures_of_level in levels.values():
+            for ratio in ("encode_time_over_level_6", "decode_time_over_level_6"):
+                r = figures_of_level[ratio]
+                assert 0 < r["min"] <= r["median"] <= r["max"]
+
+
 def test_broker_benchmark_reports_ingest_and_serve_rates_over_its_floor() -> None:
     figures = run_json(
         "bench_broker.py", "--messages", "40000", "--connections", "2", "--reps", "2"
