@@ -8,13 +8,18 @@ costs neither time nor memory in this process.
 
 * **CPU per message.** One group member reads a backlog of ``--messages`` 100-byte
   messages over 4 partitions (uncompressed, and snappy): with ``async for record in
-  consumer``, and with ``getmany()`` (counting the records of each batch). The floor is
-  ``SimpleConsumer.batches()`` over the same 4 partitions of the same broker process (one
-  task per partition, counting each batch): fetching and decoding, nothing else. The three
-  are interleaved, ``--reps`` times (>= 5); each figure is this process's CPU time
-  (``time.process_time()``) per message, and the ratio to the floor of the same
-  repetition. Printed: the medians and the spread (min..max) of the ratios, the wall-clock
-  rates, and the machine's load.
+  consumer``, and with ``getmany()`` (counting the records of each batch). The floors are
+  the cheapest honest clients doing the same work, with no component of aiokafka07's
+  beyond the codec (``common.RawFetcher``): a bare asyncio stream reading the same 4
+  partitions of the same broker process with one MULTIFETCH at a time (the next written
+  as soon as the answer before it is decoded, with the same C decoder, CRCs checked,
+  wrappers expanded); the **raw floor** counts each decoded list (``getmany()``'s work),
+  the **raw generator floor** yields one record at a time from an async generator
+  (``async for``'s work). All four are interleaved, ``--reps`` times (>= 5); each figure
+  is this process's CPU time (``time.process_time()``) per message, and the ratio of
+  ``getmany()`` to the raw floor and of ``async for`` to the raw generator floor of the
+  same repetition. Printed: the medians and the spread (min..max) of the ratios, the
+  wall-clock rates, and the machine's load.
 * **Memory.** The peak resident memory (``ru_maxrss``) of a fresh process that joins a group
   and reads a ``--memory-mb`` backlog with ``async for``, against the same process reading
   a backlog 100 times smaller (the floor, in the same run): their ratio near 1 means flat
@@ -47,9 +52,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Run, load, ratios, spread, start_broker, timed, write_segments
+from common import (
+    RawFetcher,
+    Run,
+    count_batches,
+    count_records,
+    load,
+    ratios,
+    spread,
+    start_broker,
+    timed,
+    write_segments,
+)
 
-from aiokafka07 import SimpleConsumer
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.protocol import encode_message_set
 from aiokafka07.testing import ZooKeeperServer
@@ -60,7 +75,11 @@ MB = 1e6
 CODECS = ("none", "snappy")
 #: A read that gets nothing for this long ends (and the figure is refused).
 IDLE_MS = 30_000
-MODES = ("floor", "async_for", "getmany")
+MODES = ("raw", "raw_generator", "getmany", "async_for")
+#: Each mode's floor: the raw client doing the same work.
+FLOOR_OF = {"getmany": "raw", "async_for": "raw_generator"}
+#: The group consumer's default fetch size, which the raw client uses too.
+FETCH_SIZE = 1 << 20
 
 
 def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, codec: str) -> int:
@@ -74,21 +93,19 @@ def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, cod
     return per_partition * 1000 * partitions
 
 
-async def floor(port: int, topic: str, expected: int) -> Run:
-    async with SimpleConsumer("127.0.0.1", port, broker_id=0) as simple:
-
-        async def one(partition: int) -> int:
-            count = 0
-            async for batch in simple.batches(topic, partition, 0):
-                count += len(batch.messages)
-            return count
-
-        async def read() -> int:
-            return sum(await asyncio.gather(*(one(p) for p in range(PARTITIONS))))
-
-        run = await timed(read)
+async def raw_read(port: int, topic: str, expected: int, mode: str) -> Run:
+    """A floor: the raw client over the topic's partitions, by lists or by records."""
+    client = await RawFetcher.open(port)
+    partitions = range(PARTITIONS)
+    try:
+        if mode == "raw":
+            run = await timed(lambda: count_batches(client.batches(topic, partitions, FETCH_SIZE)))
+        else:
+            run = await timed(lambda: count_records(client.records(topic, partitions, FETCH_SIZE)))
+    finally:
+        await client.close()
     if run.count != expected:
-        raise RuntimeError(f"floor read {run.count}, expected {expected}")
+        raise RuntimeError(f"{mode} read {run.count}, expected {expected}")
     return run
 
 
@@ -139,19 +156,24 @@ async def cpu_per_message(
     for codec in CODECS:
         topic, expected = f"backlog-{codec}", topics[codec]
         runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
-        for _ in range(reps):  # interleaved: each repetition runs all three
-            runs["floor"].append(await floor(port, topic, expected))
-            for mode in MODES[1:]:
-                runs[mode].append(await group_read(connect, topic, expected, mode))
+        for rep in range(reps):  # interleaved, in a rotating order
+            shift = rep % len(MODES)
+            for mode in MODES[shift:] + MODES[:shift]:
+                if mode in FLOOR_OF:
+                    run = await group_read(connect, topic, expected, mode)
+                else:
+                    run = await raw_read(port, topic, expected, mode)
+                runs[mode].append(run)
         figures: dict[str, Any] = {}
         for mode in MODES:
             figures[mode] = {
                 "cpu_us_per_message": spread([r.cpu_us for r in runs[mode]]),
                 "messages_per_s": spread([r.count / r.wall for r in runs[mode]]),
             }
-            if mode != "floor":
+            if mode in FLOOR_OF:
+                figures[mode]["floor"] = FLOOR_OF[mode]
                 figures[mode]["cpu_ratio_to_floor"] = ratios(
-                    [r.cpu_us for r in runs[mode]], [f.cpu_us for f in runs["floor"]]
+                    [r.cpu_us for r in runs[mode]], [f.cpu_us for f in runs[FLOOR_OF[mode]]]
                 )
         results[codec] = figures
     return results
@@ -306,12 +328,18 @@ def render(r: dict[str, Any]) -> str:
         f"{' '.join(f'{x:.2f}' for x in r['load_after'])} after"
     ]
     for codec, figures in r["cpu"].items():
-        lines.append(f"  {codec}: CPU us/message (median), ratio to the floor (min..max), rate")
+        lines.append(f"  {codec}: CPU us/message (median), ratio to its floor (min..max), rate")
+        labels = {
+            "raw": "raw floor",
+            "raw_generator": "raw generator floor",
+            "getmany": "getmany() / raw floor",
+            "async_for": "async for / raw generator floor",
+        }
         for mode in MODES:
             f = figures[mode]
-            rel = "" if mode == "floor" else "  " + ratio(f["cpu_ratio_to_floor"])
+            rel = "  " + ratio(f["cpu_ratio_to_floor"]) if mode in FLOOR_OF else ""
             lines.append(
-                f"    {mode:<10} {f['cpu_us_per_message']['median']:6.3f} us{rel:<22} "
+                f"    {labels[mode]:<32} {f['cpu_us_per_message']['median']:6.3f} us{rel:<22} "
                 f"{f['messages_per_s']['median']:>11,.0f} msgs/s"
             )
     m = r["memory"]

@@ -95,9 +95,12 @@ def test_consumer_benchmark_reports_ratios_to_its_floor_and_request_rates() -> N
     assert figures["reps"] == 2
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
     iteration = figures["iteration"]
-    for mode in ("floor", "messages", "batches"):
+    for mode in ("raw", "raw_generator", "messages", "batches"):
         assert iteration[mode]["cpu_us_per_message"]["median"] > 0
         assert iteration[mode]["messages_per_s"]["min"] > 0
+    # Each consumer path against the raw client doing the same work.
+    assert iteration["batches"]["floor"] == "raw"
+    assert iteration["messages"]["floor"] == "raw_generator"
     for mode in ("messages", "batches"):
         ratio = iteration[mode]["cpu_ratio_to_floor"]
         assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
@@ -112,8 +115,10 @@ def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
     runs = {(r["codec"], r["confirm"]): r for r in figures["runs"]}
     assert set(runs) == {(c, k) for c in ("none", "gzip", "snappy") for k in (True, False)}
     for run in runs.values():
-        for variant in ("floor", "send", "send_batch"):
+        for variant in ("floor", "batch_floor", "send", "send_batch"):
             assert run[f"{variant}_ns_per_message"] > 0
+        # Each against the minimal client of its own shape.
+        assert (run["send_floor"], run["send_batch_floor"]) == ("floor", "batch_floor")
         assert run["encode_ns_per_message"] > 0
         for variant in ("send", "send_batch"):
             ratio = run[f"{variant}_over_floor"]
@@ -129,7 +134,10 @@ def test_group_benchmark_reports_cpu_ratios_memory_and_rebalances() -> None:
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
     for codec in ("none", "snappy"):
         cpu = figures["cpu"][codec]
-        assert cpu["floor"]["cpu_us_per_message"]["median"] > 0
+        for floor in ("raw", "raw_generator"):
+            assert cpu[floor]["cpu_us_per_message"]["median"] > 0
+        assert cpu["getmany"]["floor"] == "raw"
+        assert cpu["async_for"]["floor"] == "raw_generator"
         for mode in ("async_for", "getmany"):
             ratio = cpu[mode]["cpu_ratio_to_floor"]
             assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
