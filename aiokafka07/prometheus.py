@@ -1,5 +1,5 @@
 """Client metrics for Prometheus: a ``prometheus_client`` collector over the snapshots a
-:class:`~aiokafka07.Producer` and a group :class:`~aiokafka07.group.Consumer` keep
+:class:`~aiokafka07.Producer` and a group :class:`~aiokafka07.Consumer` keep
 (``metrics``, and ``pool_metrics`` for their broker connections).
 
 It needs the ``prometheus`` extra (``pip install 'aiokafka07[prometheus]'``); nothing
@@ -272,10 +272,12 @@ def register(
     client_id: str | None = None,
 ) -> ClientCollector:
     """Report ``producer`` and/or ``consumer`` to ``registry`` (default:
-    ``prometheus_client.REGISTRY``) under ``client_id`` (see :meth:`ClientCollector.add`);
-    the registry's :class:`ClientCollector`, created and registered by the first call.
-    Call it once per client or pair of clients; :func:`unregister` when a client closes
-    (a garbage-collected one leaves by itself)."""
+    ``prometheus_client.REGISTRY``) under ``client_id`` (see
+    :meth:`~aiokafka07.prometheus.ClientCollector.add`); returns the registry's
+    :class:`~aiokafka07.prometheus.ClientCollector`, created and registered by the first
+    call. Call it once per client or pair of clients, and
+    :func:`~aiokafka07.prometheus.unregister` when a client closes (a garbage-collected
+    one leaves by itself)."""
     if producer is None and consumer is None:
         raise InvalidConfigError("register() needs a producer, a consumer or both")
     target = REGISTRY if registry is None else registry
