@@ -40,7 +40,7 @@ from typing import Any, Literal, overload
 from ..backoff import Backoff
 from ..errors import ConsumerStoppedError, IllegalStateError, InvalidConfigError
 from ..fetch_size import decompression_bound
-from ..pool import ConnectionPool
+from ..pool import ConnectionPool, PoolMetrics
 from ..protocol import EARLIEST, LATEST, validate_topic
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
@@ -910,6 +910,12 @@ class Consumer:
             commit_failures=coordinator.commit_failures,
             session_expiries=coordinator.session_expiries,
         )
+
+    @property
+    def pool_metrics(self) -> PoolMetrics:
+        """The broker connections' counters, as of now (a snapshot of the member's
+        :class:`~aiokafka07.ConnectionPool`)."""
+        return self._pool.metrics
 
     def _wake_fetchers(self) -> None:
         self._fetchers.wake()

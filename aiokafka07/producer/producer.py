@@ -42,7 +42,7 @@ from ..errors import (
     ProducerClosedError,
     QueueFullError,
 )
-from ..pool import ConnectionPool
+from ..pool import ConnectionPool, PoolMetrics
 from ..protocol import Compression, _accel, validate_topic
 from ..supervisor import Supervisor
 from ..validation import (
@@ -368,6 +368,12 @@ class Producer:
         """The counters, as of now (a snapshot)."""
         messages, size = self._accumulator.settle()
         return dataclasses.replace(self._metrics, queued_messages=messages, queued_bytes=size)
+
+    @property
+    def pool_metrics(self) -> PoolMetrics:
+        """The broker connections' counters, as of now (a snapshot of its
+        :class:`~aiokafka07.ConnectionPool`, shared with others when one was given)."""
+        return self._pool.metrics
 
     async def partitions_for(self, topic: str) -> list[tuple[int, int]]:
         """The (broker id, partition) pairs a message for ``topic`` may go to, sorted
