@@ -192,8 +192,8 @@ class BatchBuilder:
 
     __slots__ = (
         "_closed",
+        "_limit",
         "_max_bytes",
-        "_max_count",
         "_max_message",
         "_serialize",
         "size_bytes",
@@ -208,7 +208,8 @@ class BatchBuilder:
         max_message_size: int,
         serializer: Callable[[Any], bytes] | None,
     ) -> None:
-        self._max_count = max_count
+        #: Appends refused from this many messages on (0 once closed).
+        self._limit = max_count
         self._max_bytes = max_bytes
         self._max_message = max_message_size
         self._serialize = serializer
@@ -223,23 +224,28 @@ class BatchBuilder:
 
     def append(self, value: Any, *, key: Any = None, timestamp: Any = None) -> int | None:
         """Add a message; its position, or None if the batch is full (or closed)."""
+        # The hot path of send_batch(): one call per message, so each check is one
+        # comparison on a local or a slot, and the rare cases call out.
         if key is not None or timestamp is not None:
             raise InvalidConfigError(
                 "a 0.7 message has no key or timestamp: pass key= to send_batch() to route "
                 "the batch"
             )
         values = self.values
-        if self._closed or len(values) >= self._max_count:
+        count = len(values)
+        if count >= self._limit:
             return None
         if type(value) is not bytes or self._serialize is not None:
             value = serialize(value, self._serialize)
         size = len(value)
-        check_message_size(size, self._max_message)
-        if values and self.size_bytes + size > self._max_bytes:
+        if size > self._max_message:
+            check_message_size(size, self._max_message)
+        total = self.size_bytes + size
+        if total > self._max_bytes and count:
             return None
         values.append(value)
-        self.size_bytes += size
-        return len(values) - 1
+        self.size_bytes = total
+        return count
 
     def record_count(self) -> int:
         """Messages appended."""
@@ -252,6 +258,7 @@ class BatchBuilder:
     def close(self) -> None:
         """Refuse further appends (:meth:`Producer.send_batch` closes it too)."""
         self._closed = True
+        self._limit = 0
 
     @property
     def closed(self) -> bool:
