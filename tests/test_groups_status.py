@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,7 +21,7 @@ from aiokafka07.tools.groups import EXIT_ERR, EXIT_STALL, EXIT_STOP
 from aiokafka07.znodes import GroupRegistry
 from aiokafka07.zookeeper import ZooKeeper
 
-from .test_cli_common import run_cli
+from .test_cli_common import run_cli, start_cli, stop_cli
 from .test_cli_produce_consume import registered
 
 INTERVAL_MS = 300  # the groups' auto-commit interval, and the sampling interval
@@ -165,3 +166,28 @@ async def test_an_offset_past_the_log_end_is_err(
         (partition,) = report["partitions"]
         assert partition["lag"] == -1000
         assert partition["reason"] == f"committed offset {end + 1000} is past the log end {end}"
+
+
+async def test_the_first_ctrl_c_judges_what_was_sampled(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    async with kafka_cluster(1) as cluster, ZooKeeper(zookeeper) as zk:
+        async with Producer(zookeeper=zookeeper) as producer:
+            await producer.send("cut", b"message")
+        await registered(zookeeper, cluster, "cut")
+        await GroupRegistry(zk, "cut").commit("cut", "0-0", await log_end(cluster, "cut"))
+        proc = await start_cli(
+            "groups", "status", "cut", "--zookeeper", zookeeper, "--json", "--progress",
+            "--samples", "1000", "--interval-ms", "100",
+        )  # fmt: skip
+        assert proc.stderr is not None
+        seen = b""
+        while not re.search(rb"[1-9]\d*/1000", seen):  # the progress bar counts samples
+            chunk = await asyncio.wait_for(proc.stderr.read(4096), 60)
+            assert chunk, seen
+            seen += chunk
+        code, out, err = await stop_cli(proc)
+        assert code == 0, err
+        document = json.loads(out)
+        assert 1 <= document["samples"] < 1000
+        assert document["groups"][0]["status"] == "OK"

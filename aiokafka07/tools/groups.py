@@ -78,7 +78,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_cluster_options(parser, brokers=False)
     parser.add_argument(
-        "--topic", action="append", default=[], help="describe only this topic (repeatable)"
+        "--topic",
+        action="append",
+        default=[],
+        help="describe or judge only this topic (repeatable)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     status = parser.add_argument_group("status")
