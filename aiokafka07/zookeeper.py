@@ -591,6 +591,15 @@ class ZooKeeper:
         values = await asyncio.gather(*(self.data_if_exists(f"{base}/{name}") for name in names))
         return {name: value for name, (found, value) in zip(names, values, strict=True) if found}
 
+    async def data_and_mtime(self, path: str) -> tuple[str | None, int] | None:
+        """``(data, mtime)``: the node's data and when it was last written (ms since the
+        epoch, by the ZooKeeper server's clock), or None when it does not exist (one read)."""
+        try:
+            data, stat = await self._call(self.client.get(path))
+        except zk_exc.NoNode:
+            return None
+        return _decode(data), int(stat.modified)
+
     async def data_if_exists(self, path: str) -> tuple[bool, str | None]:
         """``(True, data)``, or ``(False, None)`` when the node does not exist (one read)."""
         try:
