@@ -37,7 +37,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from .confirm import Confirmer
 from .errors import (
@@ -308,8 +308,9 @@ class BrokerConnection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport: not an asyncio.Transport subclass on every loop (uvloop's
+        # are not), so it is not checked as one.
+        self._transport = transport = cast(asyncio.Transport, transport)
         # Both marks at 0: the transport pauses us whenever it keeps any byte and resumes
         # us once it has none left, the moment the line is looked at again (_admit). The
         # bound itself is ours: what the transport keeps counts in unsent_bytes.

@@ -27,7 +27,11 @@ load average before and after. No verdict: the ratios say how far above the floo
 consumer is on this machine, now.
 
 Run: ``python benchmarks/bench_consumer.py [--messages N] [--requests N] [--reps R]
-[--json]``.
+[--loop L] [--json]``.
+
+``--loop`` (asyncio, uvloop or both; both by default when uvloop is installed) runs
+the whole benchmark on each loop in turn and prints each one's figures; every ratio is
+taken within one loop's run.
 """
 
 from __future__ import annotations
@@ -44,9 +48,11 @@ from typing import Any
 from common import (
     RawFetcher,
     Run,
+    add_loop_option,
     count_batches,
     count_records,
     load,
+    on_each_loop,
     ratios,
     spread,
     start_broker,
@@ -242,13 +248,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    add_loop_option(parser)
     args = parser.parse_args()
     if args.messages < BATCH:
         parser.error(f"--messages must be at least {BATCH}")
     if args.reps < 1:
         parser.error("--reps must be at least 1")
-    results = asyncio.run(run(args.messages, args.requests, args.reps))
-    print(json.dumps(results, indent=2) if args.json else render(results))
+    results = on_each_loop(args.loop, lambda: run(args.messages, args.requests, args.reps))
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print("\n\n".join(f"on {loop}:\n{render(r)}" for loop, r in results["loops"].items()))
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ with the load average before and after."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import importlib.util
 import os
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from aiokafka07.broker.log import segment_file_name
 from aiokafka07.protocol import (
@@ -28,11 +31,14 @@ from aiokafka07.protocol import (
 from aiokafka07.testing.process import start_broker_process
 
 __all__ = [
+    "LOOPS",
     "RawFetcher",
     "Run",
+    "add_loop_option",
     "count_batches",
     "count_records",
     "load",
+    "on_each_loop",
     "ratios",
     "spread",
     "start_broker",
@@ -132,7 +138,7 @@ class _Frames(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's do not subclass it
         self.transport = transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -231,3 +237,37 @@ async def count_records(records: AsyncIterator[Message]) -> int:
         count += 1
         size += len(record.value)
     return count
+
+
+#: The event loops a benchmark can run on: asyncio's own, and uvloop when installed
+#: (the ``uvloop`` extra).
+LOOPS = ("asyncio", "uvloop")
+
+
+def add_loop_option(parser: argparse.ArgumentParser) -> None:
+    """``--loop``: asyncio, uvloop, or both (the default when uvloop is installed)."""
+    both = importlib.util.find_spec("uvloop") is not None
+    parser.add_argument(
+        "--loop",
+        choices=(*LOOPS, "both"),
+        default="both" if both else "asyncio",
+        help="the event loop(s) to run on, one after the other (default: both when uvloop "
+        "is installed, else asyncio)",
+    )
+
+
+def on_each_loop(
+    choice: str, main: Callable[[], Coroutine[Any, Any, dict[str, Any]]]
+) -> dict[str, Any]:
+    """Run the benchmark ``main()`` once on each chosen loop, one after the other; every
+    ratio is taken within one loop's run. Returns ``{"loops": {name: figures}}``."""
+    names = LOOPS if choice == "both" else (choice,)
+    results: dict[str, Any] = {}
+    for name in names:
+        if name == "uvloop":
+            import uvloop
+
+            results[name] = uvloop.run(main())
+        else:
+            results[name] = asyncio.run(main())
+    return {"loops": results}

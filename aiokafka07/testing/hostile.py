@@ -13,6 +13,7 @@ import socket
 import struct
 import zlib
 from pathlib import Path
+from typing import cast
 
 from ..protocol import encode_message_set, gzip_compress
 from ..protocol._accel import impl as _impl
@@ -73,7 +74,8 @@ class _Deaf(asyncio.Protocol):
         self.server = server
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # Not an asyncio.Transport subclass on every loop (uvloop's are not).
+        transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
