@@ -503,6 +503,11 @@ class GroupRegistry:
         else:
             await self.zookeeper.delete_own(path, session)
 
+    async def wait_released(self, topic: str, partition: str, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until nobody owns ``partition``: True once
+        its owner node is gone, False if it is still there."""
+        return await self.zookeeper.wait_deleted(self._owner_path(topic, partition), timeout)
+
     async def owner(self, topic: str, partition: str) -> str | None:
         """The thread id owning ``partition``, or None."""
         _, value = await self.zookeeper.data_if_exists(self._owner_path(topic, partition))

@@ -326,7 +326,10 @@ class Consumer:
             policy=CrashPolicy.RESTART,
             on_crash=coordinator_crashed,
             on_give_up=self._delivery.fail,
-            backoff=Backoff(self._coordinator.settings.rebalance_backoff, 5.0),
+            backoff=Backoff(
+                self._coordinator.settings.rebalance_backoff,
+                max(self._coordinator.settings.rebalance_backoff, 5.0),
+            ),
         )
         if self.auto_commit and self.group is not None:
             self._supervisor.spawn(
