@@ -29,9 +29,7 @@ consumer is on this machine, now.
 Run: ``python benchmarks/bench_consumer.py [--messages N] [--requests N] [--reps R]
 [--loop L] [--json]``.
 
-``--loop`` (asyncio, uvloop or both; both by default when uvloop is installed) runs
-the whole benchmark on each loop in turn and prints each one's figures; every ratio is
-taken within one loop's run.
+``--loop``: the event loop(s), see ``common.on_each_loop``.
 """
 
 from __future__ import annotations

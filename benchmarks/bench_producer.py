@@ -31,9 +31,7 @@ The script prints the ratios only, never a verdict against a fixed number.
 
 Run: ``python benchmarks/bench_producer.py [--messages N] [--rounds R] [--loop L] [--json]``.
 
-``--loop`` (asyncio, uvloop or both; both by default when uvloop is installed) runs
-the whole benchmark on each loop in turn and prints each one's figures; every ratio is
-taken within one loop's run.
+``--loop``: the event loop(s), see ``common.on_each_loop``.
 """
 
 from __future__ import annotations

@@ -290,17 +290,7 @@ def _print_description(description: dict[str, Any], as_json: bool) -> None:
     if not description["partitions"]:
         print("no partitions: the group has no offsets, owners or subscribed topics")
         return
-    rows = [
-        [
-            p["topic"],
-            f"{p['broker_id']}-{p['partition']}",
-            p["committed"],
-            p["log_end"],
-            p["lag"],
-            p["owner"] or "none",
-        ]
-        for p in description["partitions"]
-    ]
+    rows = [_partition_row(p, p["owner"] or "none") for p in description["partitions"]]
     print(format_table(["TOPIC", "PARTITION", "COMMITTED", "LOG END", "LAG", "OWNER"], rows))
     print(f"\ntotal lag: {description['total_lag']} bytes")
 
@@ -457,21 +447,24 @@ def _print_status(report: dict[str, Any], one_group: bool, as_json: bool) -> Non
         return
     (group,) = groups
     if group["partitions"]:
-        rows = [
-            [
-                p["topic"],
-                f"{p['broker_id']}-{p['partition']}",
-                p["committed"],
-                p["log_end"],
-                p["lag"],
-                p["status"],
-                p["reason"],
-            ]
-            for p in group["partitions"]
-        ]
+        rows = [_partition_row(p, p["status"], p["reason"]) for p in group["partitions"]]
         headers = ["TOPIC", "PARTITION", "COMMITTED", "LOG END", "LAG", "STATUS", "REASON"]
         print(format_table(headers, rows))
         print()
     else:
         print("no partitions: the group has no offsets, owners or subscribed topics\n")
     print(f"group {group['group']}: {group['status']} ({taken}, {report['interval_ms']} ms apart)")
+
+
+def _partition_row(partition: dict[str, Any], *more: Any) -> list[Any]:
+    """A table row of one group partition: topic, broker-partition, committed, log end,
+    lag, then ``more``."""
+    p = partition
+    return [
+        p["topic"],
+        f"{p['broker_id']}-{p['partition']}",
+        p["committed"],
+        p["log_end"],
+        p["lag"],
+        *more,
+    ]
