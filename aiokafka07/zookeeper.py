@@ -598,6 +598,16 @@ class ZooKeeper:
         except zk_exc.NoNode:
             return False, None
 
+    async def data_and_mtime(self, path: str) -> tuple[str | None, int] | None:
+        """``(data, mtime)``: the node's data and when it was last written (ZooKeeper's
+        ``mtime``, ms since the epoch, the server's clock), or None when it does not
+        exist (one read). A rewrite of the same value is a new ``mtime``."""
+        try:
+            data, stat = await self._call(self.client.get(path))
+        except zk_exc.NoNode:
+            return None
+        return _decode(data), int(stat.modified)
+
 
 class _WatchWrapper:
     """Hands a watch callback the chroot-relative path it was registered for (aiozk passes

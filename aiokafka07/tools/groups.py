@@ -15,11 +15,10 @@ import asyncio
 import json
 from typing import Any
 
-from ..connection import BrokerAddress
-from ..errors import KafkaError, ZooKeeperError
+from ..errors import ZooKeeperError
 from ..group import Subscription
+from ..monitor.offsets import log_end
 from ..pool import ConnectionPool
-from ..protocol import LATEST
 from ..records import TopicPartition
 from ..znodes import GroupRegistry, read_topics
 from ..zookeeper import ZooKeeper
@@ -153,7 +152,7 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
             owners[tp] = await registry.owner(topic, tp.name)
     async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
         ends = await asyncio.gather(
-            *(_log_end(pool, brokers.get(tp.broker_id), tp) for tp in partitions)
+            *(log_end(pool, brokers.get(tp.broker_id), tp) for tp in partitions)
         )
     rows = []
     total = 0
@@ -173,20 +172,6 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
             }
         )
     return {"group": group, "members": members, "partitions": rows, "total_lag": total}
-
-
-async def _log_end(
-    pool: ConnectionPool, address: BrokerAddress | None, tp: TopicPartition
-) -> int | None:
-    """OFFSETS latest of one partition, or None when its broker cannot be asked."""
-    if address is None:
-        return None
-    try:
-        connection = await pool.connection(address)
-        offsets = await connection.offsets(tp.topic, tp.partition, LATEST, 1)
-    except KafkaError:
-        return None
-    return offsets[0] if offsets else 0
 
 
 def _print_description(description: dict[str, Any], as_json: bool) -> None:
