@@ -231,75 +231,90 @@ async def test_deleted_group_disappears(kafka_cluster: Any, zookeeper: str) -> N
         del cluster
 
 
-async def test_survives_broker_and_zookeeper_outages(tmp_path: Path) -> None:
-    """Brokers in processes of their own and a ZooKeeper server of the test's own: a
-    killed broker shows down (then unregistered) while scrapes answer, and up again after
-    a restart; ZooKeeper stopped: the last values are served, stale; started again: fresh
-    values (stale 0) within 2 s."""
-    async with own_zookeeper() as zk_server:
-        connect = zk_server.connect_string
-        brokers = {}
+@contextlib.asynccontextmanager
+async def broker_processes(
+    tmp_path: Path, connect: str
+) -> AsyncIterator[dict[int, tuple[asyncio.subprocess.Process, Any]]]:
+    """Brokers 0 and 1 (2 partitions each) in processes of their own, with ``events``
+    registered on both; stopped at the end (a test may replace an entry)."""
+    brokers = {}
+    try:
         for broker_id in (0, 1):
             brokers[broker_id] = await start_broker_process(
                 tmp_path / f"b{broker_id}", broker_id=broker_id, partitions=2, zookeeper=connect
             )
-        try:
-            async with (
-                Producer(zookeeper=connect) as producer,
-                exporter(connect, request_timeout_ms=1000.0) as (_, server),
-            ):
-                await produce(producer, TOPIC, PARTS, 3, "a")
+        async with Producer(zookeeper=connect) as producer:
+            await produce(producer, TOPIC, PARTS, 3, "a")
+        yield brokers
+    finally:
+        for process, _ in brokers.values():
+            await stop_broker_process(process)
 
-                async def metric(name: str, **labels: str) -> float | None:
-                    return value(await scrape(server), name, **labels)
 
-                async def equals(expected: float, name: str, **labels: str) -> bool:
-                    return await metric(name, **labels) == expected
+async def test_survives_a_broker_killed_and_restarted(tmp_path: Path) -> None:
+    """A killed broker shows down at once (then unregistered, once its session expired)
+    while scrapes answer and nothing is stale; restarted, it is up again."""
+    async with (
+        own_zookeeper() as zk_server,
+        broker_processes(tmp_path, zk_server.connect_string) as brokers,
+        exporter(zk_server.connect_string, request_timeout_ms=1000.0) as (_, server),
+    ):
+        await eventually(lambda: _has_partitions(server, 4), 20)
+        process, _ = brokers[1]
+        process.kill()
+        await process.wait()
+        await eventually(lambda: _equals(server, 0, "kafka07_broker_up", broker="1"), 20)
+        samples = await scrape(server)
+        assert value(samples, "kafka07_broker_up", broker="0") == 1
+        assert value(samples, "kafka07_exporter_stale") == 0
+        await eventually(lambda: _equals(server, 0, "kafka07_broker_registered", broker="1"), 30)
+        assert await _has_partitions(server, 2)  # broker 0's
+        brokers[1] = await start_broker_process(
+            tmp_path / "b1", broker_id=1, partitions=2, zookeeper=zk_server.connect_string
+        )
+        await eventually(lambda: _equals(server, 1, "kafka07_broker_up", broker="1"), 20)
+        await eventually(lambda: _has_partitions(server, 4), 20)
 
-                await eventually(lambda: _has_partitions(server, 4), 20)
 
-                # A broker killed: down at once, unregistered when its session expires.
-                process, _ = brokers[1]
-                process.kill()
-                await process.wait()
-                await eventually(lambda: equals(0, "kafka07_broker_up", broker="1"), 20)
-                assert await metric("kafka07_broker_up", broker="0") == 1
-                await eventually(lambda: equals(0, "kafka07_broker_registered", broker="1"), 30)
-                assert await metric("kafka07_exporter_stale") == 0
-                brokers[1] = await start_broker_process(
-                    tmp_path / "b1", broker_id=1, partitions=2, zookeeper=connect
-                )
-                await eventually(lambda: equals(1, "kafka07_broker_up", broker="1"), 20)
+async def test_survives_zookeeper_stopped_and_started(tmp_path: Path) -> None:
+    """ZooKeeper stopped: the last values are served, marked stale; started again: fresh
+    values (stale 0, a new refresh) within 2 s of its return. The refresh interval is a
+    minute: the return itself must wake the refresher."""
+    async with (
+        own_zookeeper() as zk_server,
+        broker_processes(tmp_path, zk_server.connect_string),
+        exporter(zk_server.connect_string, interval_ms=60_000.0) as (_, server),
+    ):
+        await eventually(lambda: _has_partitions(server, 4), 20)
+        before = await scrape(server)
+        await asyncio.to_thread(zk_server.stop)
+        await eventually(lambda: _equals(server, 1, "kafka07_exporter_stale"), 10)
+        during = await scrape(server)
+        assert value(during, "kafka07_exporter_zookeeper_connected") == 0
+        newest = "kafka07_topic_partition_newest_offset"
+        assert by_labels(during, newest) == by_labels(before, newest)
+        assert len(by_labels(during, newest)) == 4
+        await asyncio.sleep(1.0)  # and still answering a while later
+        assert value(await scrape(server), "kafka07_exporter_stale") == 1
+        assert json.loads((await get(server, "/status"))[1])["stale"] is True
+        refreshes = value(during, "kafka07_exporter_refreshes_total") or 0
 
-                # ZooKeeper stopped: scrapes answer with the last values, marked stale.
-                before = await scrape(server)
-                await asyncio.to_thread(zk_server.stop)
-                await eventually(lambda: equals(1, "kafka07_exporter_stale"), 10)
-                during = await scrape(server)
-                assert value(during, "kafka07_exporter_zookeeper_connected") == 0
-                newest = "kafka07_topic_partition_newest_offset"
-                assert by_labels(during, newest) == by_labels(before, newest)
-                assert by_labels(during, newest)
-                await asyncio.sleep(1.0)  # and still answering a while later
-                assert value(await scrape(server), "kafka07_exporter_stale") == 1
-                refreshes = value(during, "kafka07_exporter_refreshes_total") or 0
+        await asyncio.to_thread(zk_server.start)
+        back = time.monotonic()
 
-                # ZooKeeper back: fresh values within 2 s of its return.
-                await asyncio.to_thread(zk_server.start)
-                back = time.monotonic()
+        async def fresh() -> bool:
+            samples = await scrape(server)
+            return (
+                value(samples, "kafka07_exporter_stale") == 0
+                and (value(samples, "kafka07_exporter_refreshes_total") or 0) > refreshes
+            )
 
-                async def fresh() -> bool:
-                    samples = await scrape(server)
-                    return (
-                        value(samples, "kafka07_exporter_stale") == 0
-                        and (value(samples, "kafka07_exporter_refreshes_total") or 0) > refreshes
-                    )
+        await eventually(fresh, 10)
+        assert time.monotonic() - back < 2.0
 
-                await eventually(fresh, 10)
-                assert time.monotonic() - back < 2.0
-        finally:
-            for process, _ in brokers.values():
-                await stop_broker_process(process)
+
+async def _equals(server: ExporterServer, expected: float, name: str, **labels: str) -> bool:
+    return value(await scrape(server), name, **labels) == expected
 
 
 async def _has_partitions(server: ExporterServer, count: int) -> bool:

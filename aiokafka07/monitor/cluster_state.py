@@ -69,6 +69,9 @@ __all__ = [
 
 log = logging.getLogger("aiokafka07.monitor")
 
+#: How often (seconds) an idle refresher checks that ZooKeeper is still connected.
+_CONNECTION_CHECK = 0.25
+
 #: Error kinds counted by :attr:`ClusterMonitor.errors` (the ``kind`` label).
 ERROR_KINDS = ("zookeeper", "broker", "timeout", "limit", "bad_znode")
 
@@ -346,9 +349,11 @@ class ClusterMonitor:
         backoff = Backoff(0.1, 0.5)
         interval = self.interval_ms / 1000
         while True:
-            if not await self.zookeeper.wait_connected(interval):
+            if not self.zookeeper.connected:
                 self._failed("zookeeper", f"no ZooKeeper connection to {self.connect}")
-                continue
+                # Refresh as soon as it is back (within the session's reconnection time).
+                if not await self.zookeeper.wait_connected(interval):
+                    continue
             self._changed.clear()
             try:
                 await asyncio.wait_for(self.refresh(), self.refresh_timeout_ms / 1000)
@@ -364,8 +369,20 @@ class ClusterMonitor:
             self._refreshed.set()
             # Sooner when a watch fired, but never more often than min_interval_ms.
             await asyncio.sleep(self.min_interval_ms / 1000)
+            await self._idle(interval)
+
+    async def _idle(self, interval: float) -> None:
+        """Wait until the next refresh is due: ``interval`` seconds, or a watch fired, or
+        the ZooKeeper connection broke (then the loop waits for it to come back and
+        refreshes at once, instead of sleeping through its return)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + interval
+        while not self._changed.is_set() and self.zookeeper.connected:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), interval)
+                await asyncio.wait_for(self._changed.wait(), min(left, _CONNECTION_CHECK))
 
     def _failed(self, kind: str, message: str) -> None:
         if not self.stale:
