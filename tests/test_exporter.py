@@ -364,3 +364,28 @@ def test_bad_port_is_refused(port: str, capsys: pytest.CaptureFixture[str]) -> N
         main(["exporter", "--zookeeper", "127.0.0.1:1", "--port", port])
     assert exited.value.code == 2
     assert "--port" in capsys.readouterr().err
+
+
+async def test_bounds_on_groups_and_partitions(kafka_cluster: Any, zookeeper: str) -> None:
+    """At most --max-groups groups and --max-partitions partitions are listed; what is
+    left out counts as a ``limit`` error."""
+    async with (
+        kafka_cluster(1, zookeeper=zookeeper, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, [(0, 0), (0, 1)], 1, "a")
+        for group in ("a", "b", "c"):
+            await GroupRegistry(zk, group).commit(TOPIC, "0-0", 0)
+            await GroupRegistry(zk, group).commit(TOPIC, "0-1", 0)
+        async with exporter(zookeeper, max_groups=2, max_partitions=1) as (monitor, server):
+            assert await monitor.wait_refreshed(10)
+            samples = await scrape(server)
+        del cluster
+    assert set(by_labels(samples, "kafka07_group_members")) == {
+        (("group", "a"),),
+        (("group", "b"),),
+    }
+    assert len(by_labels(samples, "kafka07_topic_partition_newest_offset")) == 1
+    assert len(by_labels(samples, "kafka07_group_partition_committed_offset")) == 1
+    assert (value(samples, "kafka07_exporter_errors_total", kind="limit") or 0) > 0
