@@ -389,3 +389,32 @@ async def test_bounds_on_groups_and_partitions(kafka_cluster: Any, zookeeper: st
     assert len(by_labels(samples, "kafka07_topic_partition_newest_offset")) == 1
     assert len(by_labels(samples, "kafka07_group_partition_committed_offset")) == 1
     assert (value(samples, "kafka07_exporter_errors_total", kind="limit") or 0) > 0
+
+
+async def tree(zk: ZooKeeper, path: str = "/") -> dict[str, tuple[str | None, int]]:
+    """Every znode under ``path``: its data and last write time."""
+    found = await zk.data_and_mtime(path)
+    nodes = {} if found is None else {path: found}
+    for child in await zk.get_children(path):
+        nodes.update(await tree(zk, f"{path.rstrip('/')}/{child}"))
+    return nodes
+
+
+async def test_only_reads(kafka_cluster: Any, zookeeper: str) -> None:
+    """Refreshing and answering scrapes writes nothing: every znode is as it was, and
+    the log ends have not moved."""
+    async with (
+        kafka_cluster(1, zookeeper=zookeeper, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, [(0, 0), (0, 1)], 2, "a")
+        await GroupRegistry(zk, "g").commit(TOPIC, "0-0", 0)
+        before, ends = await tree(zk), await log_ends(cluster, TOPIC)
+        async with exporter(zookeeper) as (monitor, server):
+            for _ in range(3):
+                assert await monitor.wait_refreshed(10)
+                await scrape(server)
+                await get(server, "/status")
+        assert await tree(zk) == before
+        assert await log_ends(cluster, TOPIC) == ends
