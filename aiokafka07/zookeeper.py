@@ -591,22 +591,21 @@ class ZooKeeper:
         values = await asyncio.gather(*(self.data_if_exists(f"{base}/{name}") for name in names))
         return {name: value for name, (found, value) in zip(names, values, strict=True) if found}
 
+    async def data_and_mtime(self, path: str) -> tuple[str | None, int] | None:
+        """``(data, mtime)``: the node's data and when it was last written (ms since the
+        epoch, by the ZooKeeper server's clock), or None when it does not exist (one read)."""
+        try:
+            data, stat = await self._call(self.client.get(path))
+        except zk_exc.NoNode:
+            return None
+        return _decode(data), int(stat.modified)
+
     async def data_if_exists(self, path: str) -> tuple[bool, str | None]:
         """``(True, data)``, or ``(False, None)`` when the node does not exist (one read)."""
         try:
             return True, _decode(await self._call(self.client.get_data(path)))
         except zk_exc.NoNode:
             return False, None
-
-    async def data_and_mtime(self, path: str) -> tuple[str | None, int] | None:
-        """``(data, mtime)``: the node's data and when it was last written (ZooKeeper's
-        ``mtime``, ms since the epoch, the server's clock), or None when it does not
-        exist (one read). A rewrite of the same value is a new ``mtime``."""
-        try:
-            data, stat = await self._call(self.client.get(path))
-        except zk_exc.NoNode:
-            return None
-        return _decode(data), int(stat.modified)
 
 
 class _WatchWrapper:

@@ -2,7 +2,7 @@
 
 0.7 offsets are byte positions: a partition's *log start* is the oldest offset a fetch can
 begin at (OFFSETS EARLIEST), its *log end* the next offset a message will get (OFFSETS
-LATEST). :func:`log_end` asks for one partition; :func:`probe_broker` asks one broker for
+LATEST). :func:`partition_offset` asks for one partition; :func:`probe_broker` asks one broker for
 all of its partitions at once, every request pipelined on one connection of the pool, so
 a broker with a thousand partitions costs one round trip's wait, not a thousand.
 """
@@ -20,7 +20,7 @@ from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST
 from ..records import TopicPartition
 
-__all__ = ["BrokerProbe", "LogOffsets", "log_end", "probe_broker"]
+__all__ = ["BrokerProbe", "LogOffsets", "partition_offset", "probe_broker"]
 
 
 class LogOffsets(NamedTuple):
@@ -45,15 +45,16 @@ def _first(offsets: Sequence[int]) -> int:
     return offsets[0] if offsets else 0
 
 
-async def log_end(
-    pool: ConnectionPool, address: BrokerAddress | None, tp: TopicPartition
+async def partition_offset(
+    pool: ConnectionPool, address: BrokerAddress | None, tp: TopicPartition, time: int = LATEST
 ) -> int | None:
-    """OFFSETS latest of one partition, or None when its broker cannot be asked."""
+    """OFFSETS ``time`` of one partition (latest: its log end; earliest: its log start),
+    or None when its broker cannot be asked."""
     if address is None:
         return None
     try:
         connection = await pool.connection(address)
-        return _first(await connection.offsets(tp.topic, tp.partition, LATEST, 1))
+        return _first(await connection.offsets(tp.topic, tp.partition, time, 1))
     except KafkaError:
         return None
 
