@@ -323,12 +323,12 @@ async def _has_partitions(server: ExporterServer, count: int) -> bool:
 
 
 async def test_command_serves_and_stops_on_ctrl_c(kafka_cluster: Any, zookeeper: str) -> None:
-    """The tool: says where it serves (127.0.0.1 by default), answers /metrics, and the
-    first SIGINT stops it cleanly (exit 0)."""
+    """The tool: says where it serves (127.0.0.1 by default), answers /metrics, shows
+    its status line, and the first SIGINT stops it cleanly (exit 0)."""
     async with kafka_cluster(1, zookeeper=zookeeper):
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aiokafka07", "exporter", "--zookeeper", zookeeper,
-            "--port", "0", "--interval", "0.2", "--no-progress",
+            "--port", "0", "--interval", "0.2", "--progress",
             stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         assert process.stderr is not None
@@ -350,6 +350,8 @@ async def test_command_serves_and_stops_on_ctrl_c(kafka_cluster: Any, zookeeper:
             assert await asyncio.wait_for(process.wait(), 20) == 0
             rest = (await process.stderr.read()).decode()
             assert "error" not in rest
+            # The status line (forced on with --progress; on a terminal by default).
+            assert "1 broker (1 up)" in rest
         finally:
             if process.returncode is None:
                 process.kill()

@@ -162,8 +162,9 @@ async def run(args: argparse.Namespace) -> int:
             stop_acknowledged()  # the normal way to stop
         finally:
             await status.aclose()
-            if enabled:
-                sys.stderr.write("\n")
+            if enabled:  # the line as it ended, kept on the terminal
+                sys.stderr.write(f"\r\x1b[K{describe(monitor)}\n")
+                sys.stderr.flush()
     finally:
         try:
             await server.close()
