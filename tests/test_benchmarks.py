@@ -189,3 +189,16 @@ def test_hostile_benchmark_reports_bomb_snappy_and_mid_message_figures() -> None
     assert cases["floor_valid_offset"]["outcome"] == ["none: a batch"]
     for name, case in cases.items():
         assert case["requests"]["median"] > 0, name
+
+
+def test_exporter_benchmark_reports_scrape_floor_and_ratio() -> None:
+    figures = run_json(
+        "bench_exporter.py", "--partitions", "5", "--topics", "2", "--groups", "3",
+        "--rounds", "2",
+    )  # fmt: skip
+    assert figures["broker_partitions"] == 20
+    assert figures["samples"] > 20
+    for name in ("scrape_s", "floor_s", "http_s", "scrape_over_floor"):
+        assert set(figures[name]) == {"median", "min", "max"}
+        assert figures[name]["median"] > 0
+    assert figures["refresh_s"] > 0

@@ -23,12 +23,12 @@ import sys
 import time
 from typing import Any
 
-from ..connection import BrokerAddress
-from ..errors import KafkaError, ZooKeeperError
+from ..errors import ZooKeeperError
 from ..group import Subscription
 from ..monitor.lag import LagStatus, LagWindow, OffsetSample, PartitionLag, worst
+from ..monitor.offsets import partition_offset
 from ..pool import ConnectionPool
-from ..protocol import EARLIEST, LATEST
+from ..protocol import EARLIEST
 from ..records import TopicPartition
 from ..znodes import GroupRegistry, read_topics
 from ..zookeeper import ZooKeeper
@@ -205,7 +205,7 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
         owners[tp] = await registry.owner(tp.topic, tp.name)
     async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
         ends = await asyncio.gather(
-            *(_log_end(pool, brokers.get(tp.broker_id), tp) for tp in partitions)
+            *(partition_offset(pool, brokers.get(tp.broker_id), tp) for tp in partitions)
         )
     rows = []
     total = 0
@@ -259,21 +259,6 @@ async def group_partitions(
                 continue  # not a b-p node: nothing 0.7 wrote
         partitions.extend(sorted(found))
     return partitions
-
-
-async def _log_end(
-    pool: ConnectionPool, address: BrokerAddress | None, tp: TopicPartition, time: int = LATEST
-) -> int | None:
-    """OFFSETS ``time`` (latest: the log end; earliest: its start) of one partition, or
-    None when its broker cannot be asked."""
-    if address is None:
-        return None
-    try:
-        connection = await pool.connection(address)
-        offsets = await connection.offsets(tp.topic, tp.partition, time, 1)
-    except KafkaError:
-        return None
-    return offsets[0] if offsets else 0
 
 
 def _print_description(description: dict[str, Any], as_json: bool) -> None:
@@ -413,8 +398,10 @@ async def _sample(zk: ZooKeeper, pool: ConnectionPool, watched: list[_Watched]) 
     )
     tps = sorted({w.tp for w in watched})
     ends, starts = await asyncio.gather(
-        asyncio.gather(*(_log_end(pool, brokers.get(tp.broker_id), tp) for tp in tps)),
-        asyncio.gather(*(_log_end(pool, brokers.get(tp.broker_id), tp, EARLIEST) for tp in tps)),
+        asyncio.gather(*(partition_offset(pool, brokers.get(tp.broker_id), tp) for tp in tps)),
+        asyncio.gather(
+            *(partition_offset(pool, brokers.get(tp.broker_id), tp, EARLIEST) for tp in tps)
+        ),
     )
     log_end = dict(zip(tps, ends, strict=True))
     log_start = dict(zip(tps, starts, strict=True))
