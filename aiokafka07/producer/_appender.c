@@ -99,6 +99,7 @@ appender_dealloc(Appender *self)
 
 static PyMethodDef appender_methods[] = {
     {"append", (PyCFunction)(void (*)(void))appender_append, METH_FASTCALL | METH_KEYWORDS,
+     "append($self, value, *, key=None, timestamp=None)\n--\n\n"
      "Add a message; its position, or None if the batch is full (or closed)."},
     {NULL, NULL, 0, NULL},
 };
