@@ -328,7 +328,7 @@ async def test_command_serves_and_stops_on_ctrl_c(kafka_cluster: Any, zookeeper:
     async with kafka_cluster(1, zookeeper=zookeeper):
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aiokafka07", "exporter", "--zookeeper", zookeeper,
-            "--port", "0", "--interval", "0.2", "--progress",
+            "--port", "0", "--interval-ms", "200", "--progress",
             stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         assert process.stderr is not None

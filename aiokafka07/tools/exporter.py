@@ -64,18 +64,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     bounds = parser.add_argument_group("refresh and bounds")
     bounds.add_argument(
-        "--interval",
+        "--interval-ms",
         type=positive_float,
-        default=5.0,
-        metavar="SECONDS",
-        help="refresh the state this often, sooner when ZooKeeper reports a change (5)",
+        default=5000.0,
+        metavar="MS",
+        help="refresh the state this often, sooner when ZooKeeper reports a change (5000)",
     )
     bounds.add_argument(
-        "--refresh-timeout",
+        "--refresh-timeout-ms",
         type=positive_float,
-        default=10.0,
-        metavar="SECONDS",
-        help="abandon a refresh taking longer; the last state stays served, stale (10)",
+        default=10000.0,
+        metavar="MS",
+        help="abandon a refresh taking longer; the last state stays served, stale (10000)",
     )
     bounds.add_argument(
         "--max-groups", type=positive_int, default=1000, metavar="N", help="groups listed (1000)"
@@ -96,11 +96,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="commits in each partition's sliding window (10; at least 2)",
     )
     lag.add_argument(
-        "--min-stop",
+        "--min-stop-ms",
         type=positive_float,
-        default=20.0,
-        metavar="SECONDS",
-        help="least time without a commit, with lag, that is STOP (20)",
+        default=20000.0,
+        metavar="MS",
+        help="least time without a commit, with lag, that is STOP (20000)",
     )
     add_progress_option(parser)
     describe_exit_status(
@@ -126,11 +126,11 @@ async def run(args: argparse.Namespace) -> int:
             f"the exporter needs prometheus-client and aiohttp ({exc}): "
             "pip install 'aiokafka07[exporter]'"
         ) from None
-    tracker = LagTracker(commits=args.window, min_stop_ms=int(args.min_stop * 1000))
+    tracker = LagTracker(commits=args.window, min_stop_ms=int(args.min_stop_ms))
     monitor = ClusterMonitor(
         args.zookeeper,
-        interval_ms=args.interval * 1000,
-        refresh_timeout_ms=args.refresh_timeout * 1000,
+        interval_ms=args.interval_ms,
+        refresh_timeout_ms=args.refresh_timeout_ms,
         max_groups=args.max_groups,
         max_partitions=args.max_partitions,
         connection_timeout_ms=args.zk_timeout * 1000,
