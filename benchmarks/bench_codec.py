@@ -31,6 +31,13 @@ What is measured, and why:
   every inner CRC. Figures are MB/s of uncompressed data, and our time over cramjam's.
 * The decode and encode figures are repeated with the pure-Python implementation (the
   fallback when the C accelerator is not built), against the same peer.
+* **By codec and set size.** Decode and encode of sets of 1,000 and 100,000 of the same
+  payloads, uncompressed, gzip and snappy (one wrapper holding the whole set), against
+  aiokafka's C legacy records on the same payloads: ``LegacyRecordBatchBuilder`` with
+  magic 1 and compression_type 0, 1 or 2 to encode, and to decode the same reader as
+  above (``MemoryRecords`` -> ``next_batch`` -> ``validate_crc`` -> iterate, which
+  decompresses the wrapper and walks its inner records) over what that builder wrote.
+  Each row's ratio is our speed over aiokafka's (its time over ours), per repetition.
 
 This prints figures and ratios, never a verdict; it asserts no thresholds (it only checks
 that each side decodes what was encoded, so that the right work is timed). ``--json``
@@ -237,16 +244,25 @@ def load_peer() -> Peer | str:
 
 
 def peer_operations(payloads: list[bytes]) -> dict[str, Operation]:
-    from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
-    from aiokafka.record.memory_records import MemoryRecords
+    build = peer_builder(payloads)
+    buf = bytes(build())
+    _check(peer_values(buf) == payloads, "aiokafka decode round trip")
+    n = len(payloads)
+    return {
+        "decode": Operation(peer_reader(buf), n, len(buf)),
+        "encode": Operation(build, n, len(buf)),
+    }
 
-    def build() -> bytearray:
-        builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 30)
-        append = builder.append
-        for offset, payload in enumerate(payloads):
-            append(offset, timestamp=0, key=None, value=payload)
-        result: bytearray = builder.build()
-        return result
+
+#: Set sizes (messages) of the rows by codec and size.
+ROW_SIZES = (1_000, 100_000)
+#: The codecs of those rows, with aiokafka's compression_type for each.
+ROW_CODECS = {"none": 0, "gzip": 1, "snappy": 2}
+
+
+def peer_reader(buf: bytes) -> Callable[[], int]:
+    """aiokafka's fetcher path over ``buf``, with ``check_crcs`` on: every value touched."""
+    from aiokafka.record.memory_records import MemoryRecords
 
     def read() -> int:
         total = 0
@@ -259,14 +275,64 @@ def peer_operations(payloads: list[bytes]) -> dict[str, Operation]:
                 total += len(record.value)
         return total
 
-    buf = bytes(build())
+    return read
+
+
+def peer_builder(payloads: list[bytes], compression_type: int = 0) -> Callable[[], bytearray]:
+    """aiokafka's producer path: a magic-1 legacy batch of ``payloads``."""
+    from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    def build() -> bytearray:
+        builder = LegacyRecordBatchBuilder(
+            magic=1, compression_type=compression_type, batch_size=1 << 30
+        )
+        append = builder.append
+        for offset, payload in enumerate(payloads):
+            append(offset, timestamp=0, key=None, value=payload)
+        result: bytearray = builder.build()
+        return result
+
+    return build
+
+
+def peer_values(buf: bytes) -> list[bytes]:
+    from aiokafka.record.memory_records import MemoryRecords
+
     values: list[bytes] = []
     records = MemoryRecords(buf)
     while records.has_next():
         values.extend(record.value for record in records.next_batch())
-    _check(values == payloads, "aiokafka decode round trip")
+    return values
+
+
+def row_operations(
+    codec: str, payloads: list[bytes], peer: bool
+) -> tuple[dict[str, Operation], int]:
+    """Decode and encode of one row (``codec``, ``len(payloads)`` messages): ours, and
+    aiokafka's if ``peer``; and the size of our set."""
+    ours = encode_message_set(payloads, compression=codec)
+    decoded = decode_message_set(ours)
+    _check([m.value for m in decoded.messages] == payloads, f"our {codec} round trip")
+    _check(decoded.valid_bytes == len(ours), f"our {codec} set has a partial tail")
     n = len(payloads)
-    return {"decode": Operation(read, n, len(buf)), "encode": Operation(build, n, len(buf))}
+    data = n * entry_size(PAYLOAD_SIZE)
+
+    def encode() -> bytes:
+        return encode_message_set(payloads, compression=codec)
+
+    operations = {
+        "ours/decode": Operation(our_decoder(ours), n, len(ours), data_bytes=data),
+        "ours/encode": Operation(encode, n, len(ours), data_bytes=data),
+    }
+    if peer:
+        build = peer_builder(payloads, ROW_CODECS[codec])
+        theirs = bytes(build())
+        _check(peer_values(theirs) == payloads, f"aiokafka {codec} round trip")
+        operations["aiokafka/decode"] = Operation(
+            peer_reader(theirs), n, len(theirs), data_bytes=data
+        )
+        operations["aiokafka/encode"] = Operation(build, n, len(theirs), data_bytes=data)
+    return operations, len(ours)
 
 
 # --------------------------------------------------------------------------- compression
@@ -365,6 +431,7 @@ class Results:
     peer: Peer | str
     operations: dict[str, Operation]  # "<who>/<op>", run interleaved
     compressed_bytes: dict[str, int]
+    row_bytes: dict[tuple[str, int], int]  # our set's size per row (codec, messages)
     load_before: list[float]
     load_after: list[float]
 
@@ -388,6 +455,31 @@ class Results:
     def time_over_cramjam(self, codec: str, ours: str, base: str) -> dict[str, float]:
         ops = self.operations
         return ratios(ops[f"{codec}/{ours}"].seconds, ops[f"{codec}/{base}"].seconds)
+
+    def row(self, codec: str, size: int, who: str, op: str) -> Operation:
+        return self.operations[f"rows/{codec}/{size}/{who}/{op}"]
+
+    def row_speed_over_peer(self, codec: str, size: int, op: str) -> dict[str, float] | None:
+        """Our speed over aiokafka's in one row (its time over ours), per repetition."""
+        if not isinstance(self.peer, Peer):
+            return None
+        return ratios(
+            self.row(codec, size, "aiokafka", op).seconds, self.row(codec, size, "ours", op).seconds
+        )
+
+    def rows_dict(self) -> dict[str, Any]:
+        rows: dict[str, Any] = {}
+        for codec, size in self.row_bytes:
+            entry: dict[str, Any] = {"messages": size, "wire_bytes": self.row_bytes[codec, size]}
+            for op in ("decode", "encode"):
+                figures: dict[str, Any] = {"ours": self.row(codec, size, "ours", op).rates()}
+                ratio = self.row_speed_over_peer(codec, size, op)
+                if ratio is not None:
+                    figures["aiokafka"] = self.row(codec, size, "aiokafka", op).rates()
+                    figures["ours_speed_over_aiokafka"] = ratio
+                entry[op] = figures
+            rows.setdefault(codec, {})[str(size)] = entry
+        return rows
 
     def as_dict(self) -> dict[str, Any]:
         peer: dict[str, Any]
@@ -435,6 +527,7 @@ class Results:
             "load_after": self.load_after,
             **figures,
             "compression": compression,
+            "rows": self.rows_dict(),
         }
 
 
@@ -523,6 +616,27 @@ def render(r: Results) -> str:
         add("  compress/decompress: our codec layer alone (Java gzip bytes, xerial framing)")
         add("  cramjam encode: gzip.compress(level=6) / snappy.compress_raw of the inner set")
         add("  cramjam decode: gzip.decompress / snappy.decompress_raw of our payload's blocks")
+
+    if r.row_bytes:
+        add("")
+        add("By codec and set size: ours against aiokafka's legacy records (magic 1)")
+        add("  (msgs/s medians; our speed over aiokafka's per repetition, median (min..max))")
+        add(
+            f"  {'codec':<8}{'messages':>9}  {'op':<7}{'ours msgs/s':>13}{'aiokafka msgs/s':>17}"
+            "  ours speed / aiokafka's"
+        )
+        for codec, size in r.row_bytes:
+            for op in ("decode", "encode"):
+                mine = r.row(codec, size, "ours", op).rates()["messages_per_s"]["median"]
+                ratio = r.row_speed_over_peer(codec, size, op)
+                if ratio is None:
+                    theirs, shown = "n/a", "n/a (aiokafka missing)"
+                else:
+                    rates = r.row(codec, size, "aiokafka", op).rates()
+                    theirs, shown = f"{rates['messages_per_s']['median']:,.0f}", _ratio(ratio)
+                add(f"  {codec:<8}{size:>9,}  {op:<7}{mine:>13,.0f}{theirs:>17}  {shown}")
+        add("  decode: the whole set, wrapper expanded, every CRC checked, every value touched")
+        add("  encode: the whole set from the payloads, compressed into one wrapper")
     return "\n".join(lines)
 
 
@@ -549,6 +663,15 @@ def run(budget: float, reps: int) -> Results:
         codec_ops, compressed_bytes[codec] = codec_operations(codec, payloads)
         for name, operation in codec_ops.items():
             operations[f"{codec}/{name}"] = operation
+    row_bytes: dict[tuple[str, int], int] = {}
+    row_payloads = make_payloads(max(ROW_SIZES))
+    for codec in ROW_CODECS:
+        for size in ROW_SIZES:
+            ops, row_bytes[codec, size] = row_operations(
+                codec, row_payloads[:size], isinstance(peer, Peer)
+            )
+            for name, operation in ops.items():
+                operations[f"rows/{codec}/{size}/{name}"] = operation
     for operation in operations.values():
         operation.calibrate(budget / reps)
     names = list(operations)
@@ -565,6 +688,7 @@ def run(budget: float, reps: int) -> Results:
         peer=peer,
         operations=operations,
         compressed_bytes=compressed_bytes,
+        row_bytes=row_bytes,
         load_before=load_before,
         load_after=load(),
     )

@@ -55,6 +55,19 @@ def test_codec_benchmark_reports_every_figure_and_ratio() -> None:
         for op in ("encode", "compress", "decode", "decompress"):
             ratio = figures["compression"][codec][op]["time_ratio"]
             assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+    rows = figures["rows"]
+    assert set(rows) == {"none", "gzip", "snappy"}
+    for codec, by_size in rows.items():
+        assert set(by_size) == {"1000", "100000"}, codec
+        for size, row in by_size.items():
+            assert row["messages"] == int(size)
+            for op in ("decode", "encode"):
+                rate = row[op]["ours"]["messages_per_s"]
+                assert 0 < rate["min"] <= rate["median"] <= rate["max"]
+                if figures["peer"]["available"]:
+                    assert row[op]["aiokafka"]["messages_per_s"]["median"] > 0
+                    ratio = row[op]["ours_speed_over_aiokafka"]
+                    assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
 
 
 def test_gzip_level_benchmark_reports_time_and_bytes_over_level_6() -> None:
