@@ -216,6 +216,7 @@ def demo_directory(out: str) -> Path:
 async def test_one_ctrl_c_during_produce_stops_everything_with_one_line() -> None:
     status, out, err, seconds = await ctrl_c_during("  2 brokers (", "--messages", "1000000")
     assert status == 130, out + err
+    assert len(err.splitlines()) == 1, err
     (line,) = err.splitlines()
     assert line.startswith("aiokafka07 demo: interrupted during the produce stage: ")
     assert line.endswith(" removed")
