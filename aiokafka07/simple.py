@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .connection import BrokerAddress, BrokerConnection
 from .errors import (
@@ -29,6 +29,7 @@ from .errors import (
 from .fetch_size import FetchSizer, decompression_bound
 from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
+from .protocol.messages import BytesLike
 from .protocol.requests import validate_topic
 from .records import ConsumerRecord
 from .validation import (
@@ -208,16 +209,8 @@ class SimpleConsumer:
         error = response.error(offset)
         if error is not None:
             return FetchResult(topic, partition, offset, [], offset, error)
-        records: list[ConsumerRecord] = []
         try:
-            valid = decode_messages_into(
-                records,
-                response.message_set,
-                offset,
-                message_type=ConsumerRecord,
-                prefix=(topic, self.address.broker_id, partition),
-                max_decompressed=self.max_decompressed_bytes,
-            )
+            records, valid = self._decode(topic, partition, offset, response.message_set)
         except ProtocolError as exc:
             # Named at the bad entry's own offset (its position counts from ``offset``).
             where = f"{topic}/{self._name(partition)} at offset {offset + (exc.position or 0)}"
@@ -226,6 +219,23 @@ class SimpleConsumer:
             exc.args = (f"{where}: {exc}{hint}",)
             raise
         return FetchResult(topic, partition, offset, records, offset + valid)
+
+    def _decode(
+        self, topic: str, partition: int, offset: int, message_set: BytesLike
+    ) -> tuple[Any, int]:
+        """The messages of a fetched set and its valid byte count: a list of
+        :class:`ConsumerRecord` (a columnar reader, the Spark source, decodes into
+        column buffers instead: anything with a length, that ``batches`` hands out)."""
+        records: list[ConsumerRecord] = []
+        valid = decode_messages_into(
+            records,
+            message_set,
+            offset,
+            message_type=ConsumerRecord,
+            prefix=(topic, self.address.broker_id, partition),
+            max_decompressed=self.max_decompressed_bytes,
+        )
+        return records, valid
 
     # -- iteration ----------------------------------------------------------------------
 

@@ -4,14 +4,20 @@ Workload: ``--messages`` 100-byte uncompressed messages over ``--partitions`` pa
 (the backlog), and one partition of ``--split-messages`` messages in a single segment,
 written as 0.7.2 segment files for one embedded broker in its own process.
 
-Every Spark figure is a ratio to the library's single-process read (the SimpleConsumer's
-``batches()`` over every partition in turn, every record decoded), measured interleaved
-with it: ``--reps`` repetitions of (library read, Spark read), median and spread.
+Every Spark figure is a ratio to the library's single-process read of the same
+partitions (the SimpleConsumer's ``batches()`` over every partition in turn, every record
+decoded, with the same ``--fetch-size`` as the Spark reads), measured interleaved with it:
+``--reps`` repetitions of (library read, Spark reads), median and spread.
 
 * **Spark local[1] and local[2]**: ``spark.read.format("kafka07")`` and an aggregate that
   touches every row (count and total value bytes), after a warm-up read; rows/s per core.
   Spark's own ceiling: the same query over a Python source that hands Spark one prebuilt
   Arrow batch again and again (no I/O, no decoding).
+* **Job overhead**: every Spark read is a job with a fixed cost (planning in Python
+  workers, scheduling, the aggregate's stage), measured by the same query reading no rows
+  (``endingOffsets`` earliest; the ceiling source with no batches), interleaved too. "Rows
+  past the overhead" divides the rows by the read's time minus that: the rate at which
+  the executors read once the job runs, which is what a longer read tends to.
 * **Spark standalone**: a master and ``--workers`` workers (2; 1 core, 1 GiB each, separate
   executor JVMs) started here from the pyspark package, on loopback; rows/s per executor.
 * **Split inside a segment** (local[2]): the one-segment partition read as a single range
@@ -24,7 +30,8 @@ broker, the Spark master and workers with their executors, the drivers) is stopp
 the run ends, fails or is interrupted (Ctrl-C, SIGTERM).
 
 Run: ``python benchmarks/bench_spark.py [--messages N] [--partitions N] [--reps N]
-[--split-messages N] [--split-pieces N] [--workers N] [--no-standalone] [--json]``.
+[--fetch-size BYTES] [--split-messages N] [--split-pieces N] [--workers N]
+[--no-standalone] [--json]``.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ BATCH = 1000
 TOPIC = "backlog"
 SPLIT = "split"
 WORKERS = 2
+FETCH_SIZE = 1 << 20  # the kafka07 source's default fetchSize
 
 
 def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int) -> list[int]:
@@ -66,9 +74,9 @@ def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int) -> 
     return write_segments(log_dir, topic, partitions, chunk, messages // partitions // BATCH)
 
 
-async def library_read(port: int, partitions: int) -> tuple[int, float]:
+async def library_read(port: int, partitions: int, fetch_size: int) -> tuple[int, float]:
     """Rows and seconds to decode every record of the backlog in this process."""
-    async with SimpleConsumer("127.0.0.1", port, fetch_size=1 << 20) as consumer:
+    async with SimpleConsumer("127.0.0.1", port, fetch_size=fetch_size) as consumer:
         rows = 0
         start = time.perf_counter()
         for p in range(partitions):
@@ -77,7 +85,7 @@ async def library_read(port: int, partitions: int) -> tuple[int, float]:
         return rows, time.perf_counter() - start
 
 
-def _ceiling_source(rows: int, partitions: int) -> Any:
+def _ceiling_source(rows: int, partitions: int, name: str = "ceiling") -> Any:
     """A Python data source that hands Spark the same prebuilt Arrow batch over and over:
     what Spark's Python data source path costs when the source itself costs nothing."""
     import pyarrow as pa
@@ -86,7 +94,7 @@ def _ceiling_source(rows: int, partitions: int) -> Any:
     from aiokafka07.spark.reader import COLUMNS, SCHEMA, SCHEMA_DDL
 
     per_batch = 9500
-    batches = max(1, rows // per_batch // partitions)
+    batches = max(1, rows // per_batch // partitions) if rows else 0
 
     class Reader(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
@@ -110,7 +118,7 @@ def _ceiling_source(rows: int, partitions: int) -> Any:
     class Ceiling(DataSource):
         @classmethod
         def name(cls) -> str:
-            return "ceiling"
+            return name
 
         def schema(self) -> str:
             return SCHEMA_DDL
@@ -229,10 +237,11 @@ def broker_bytes_read(pid: int) -> int:
 class Run:
     """One Spark session's measurements (local or standalone)."""
 
-    def __init__(self, spark: Any, port: int, partitions: int) -> None:
+    def __init__(self, spark: Any, port: int, partitions: int, fetch_size: int) -> None:
         self.spark = spark
         self.port = port
         self.partitions = partitions
+        self.fetch_size = fetch_size
 
     def read(self, fmt: str, **options: str) -> tuple[int, float]:
         """Rows and seconds of a new DataFrame's read and aggregate (planned again) of
@@ -243,6 +252,7 @@ class Run:
             self.spark.read.format(fmt)
             .option("brokers", f"0:127.0.0.1:{self.port}")
             .option("partitionsPerBroker", str(self.partitions))
+            .option("fetchSize", str(self.fetch_size))
         )
         if "assign" not in options:
             reader = reader.option("topic", TOPIC)
@@ -305,7 +315,7 @@ async def measure_mode(
             session, mode, cluster.url if cluster else None, args.workers
         )
         try:
-            run = Run(spark, port, args.partitions)
+            run = Run(spark, port, args.partitions, args.fetch_size)
             return await _measure_session(mode, run, args, split_bytes, broker)
         finally:
             await asyncio.to_thread(spark.stop)
@@ -318,36 +328,57 @@ async def _measure_session(
     mode: str, run: Run, args: argparse.Namespace, split_bytes: int, broker: int
 ) -> dict[str, Any]:
     def library() -> Any:
-        return library_read(run.port, args.partitions)
+        return library_read(run.port, args.partitions, args.fetch_size)
 
-    kafka07 = lambda: run.read("kafka07")  # noqa: E731
-    reads: list[Callable[[], tuple[int, float]]] = [kafka07]
+    nothing = json.dumps({f"0-{p}": -2 for p in range(args.partitions)})  # end at earliest
+    reads: list[Callable[[], tuple[int, float]]] = [
+        lambda: run.read("kafka07"),
+        lambda: run.read("kafka07", endingOffsets=nothing),  # no rows: the job's cost
+    ]
     local = mode != "standalone"
     if local:
         run.spark.dataSource.register(_ceiling_source(args.messages, args.partitions))
-        reads.append(lambda: run.read("ceiling"))
+        run.spark.dataSource.register(_ceiling_source(0, args.partitions, "ceiling_empty"))
+        reads += [lambda: run.read("ceiling"), lambda: run.read("ceiling_empty")]
     for read in reads:
         await asyncio.to_thread(read)  # warm-up: Python workers start, modules load
     library_rates, spark = await interleaved(args.reps, library, *reads)
     rows = spark[0][0][0]
-    rates = [r / s for r, s in spark[0]]
+    if spark[1][0][0] or (local and spark[3][0][0]):
+        raise RuntimeError("a read meant to hold no rows returned some")
     units = args.workers if mode == "standalone" else (1 if mode == "local[1]" else 2)
-    per_unit = [rate / units for rate in rates]
+    unit = "per_executor" if mode == "standalone" else "per_core"
+
+    def rates(samples: list[tuple[int, float]], empty: list[tuple[int, float]]) -> dict[str, Any]:
+        """Rows/s of the reads and per unit against the library, end to end and past
+        the job's overhead (the empty read of the same round)."""
+        end_to_end = [r / s for r, s in samples]
+        past = [r / max(1e-3, s - e) for (r, s), (_, e) in zip(samples, empty, strict=True)]
+        return {
+            "rows_per_s": spread(end_to_end),
+            f"{unit}_vs_library": spread(
+                [x / units / lib for x, lib in zip(end_to_end, library_rates, strict=True)]
+            ),
+            "overhead_s": spread([e for _, e in empty]),
+            "past_overhead_rows_per_s": spread(past),
+            f"past_overhead_{unit}_vs_library": spread(
+                [x / units / lib for x, lib in zip(past, library_rates, strict=True)]
+            ),
+        }
+
     figures: dict[str, Any] = {
         "rows": rows,
         "library_rows_per_s": spread(library_rates),
-        "rows_per_s": spread(rates),
-        ("per_executor" if mode == "standalone" else "per_core") + "_vs_library": spread(
-            [u / lib for u, lib in zip(per_unit, library_rates, strict=True)]
-        ),
+        **rates(spark[0], spark[1]),
     }
     if mode == "standalone":
         figures["executors"] = args.workers
-        figures["per_executor_rows_per_s"] = spread(per_unit)
+        figures["per_executor_rows_per_s"] = spread([r / s / units for r, s in spark[0]])
     if local:
-        ceiling = [r / s for r, s in spark[1]]
-        figures["ceiling_rows_per_s"] = spread(ceiling)
-        figures["vs_spark_ceiling"] = spread([a / b for a, b in zip(rates, ceiling, strict=True)])
+        figures["ceiling"] = rates(spark[2], spark[3])
+        figures["vs_spark_ceiling"] = spread(
+            [(r / s) / (cr / cs) for (r, s), (cr, cs) in zip(spark[0], spark[2], strict=True)]
+        )
     if mode == "local[2]":
         figures["split"] = await _measure_split(run, args, split_bytes, broker)
     return figures
@@ -413,6 +444,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "messages": args.messages,
         "partitions": args.partitions,
+        "fetch_size": args.fetch_size,
         "reps": args.reps,
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "spark": results,
@@ -430,20 +462,30 @@ def render(results: dict[str, Any]) -> str:
     load = results["load_average"]
     lines = [
         f"{results['messages']:,} messages of {PAYLOAD} B over {results['partitions']} "
-        f"partitions; {results['reps']} interleaved repetitions, median [min - max]",
+        f"partitions, fetches of {results['fetch_size']:,} B; {results['reps']} interleaved "
+        "repetitions, median [min - max]",
         f"load average before {load['before'][0]:.2f}, after {load['after'][0]:.2f}",
     ]
+
+    def reads(name: str, f: dict[str, Any], unit: str) -> list[str]:
+        return [
+            f"    {name:<22} {_spread(f['rows_per_s'])} rows/s",
+            f"      per {unit} vs library {_spread(f[f'per_{unit}_vs_library'], '.0%')}",
+            f"      job overhead        {_spread(f['overhead_s'], '.2f')} s (reading 0 rows)",
+            f"      past the overhead   {_spread(f['past_overhead_rows_per_s'])} rows/s, per "
+            f"{unit} vs library {_spread(f[f'past_overhead_per_{unit}_vs_library'], '.0%')}",
+        ]
+
     for mode, figures in results["spark"].items():
         unit = "executor" if mode == "standalone" else "core"
         lines += [
             f"  {mode}: {figures['rows']:,} rows",
             f"    library, one process   {_spread(figures['library_rows_per_s'])} rows/s",
-            f"    spark                  {_spread(figures['rows_per_s'])} rows/s",
-            f"    per {unit} vs library  {_spread(figures[f'per_{unit}_vs_library'], '.0%')}",
+            *reads("spark (kafka07)", figures, unit),
         ]
-        if "ceiling_rows_per_s" in figures:
+        if "ceiling" in figures:
             lines += [
-                f"    Spark's own ceiling    {_spread(figures['ceiling_rows_per_s'])} rows/s",
+                *reads("Spark's own ceiling", figures["ceiling"], unit),
                 f"    kafka07 vs ceiling     {_spread(figures['vs_spark_ceiling'], '.0%')}",
             ]
     lines.append(f"  local[2] / local[1]      {results['scaling_2_over_1']:.2f}x")
@@ -467,6 +509,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--fetch-size", type=int, default=FETCH_SIZE, help="bytes per fetch, library and Spark"
+    )
     parser.add_argument("--split-messages", type=int, default=1_000_000)
     parser.add_argument("--split-pieces", type=int, default=4)
     parser.add_argument("--workers", type=int, default=WORKERS, help="standalone workers")

@@ -53,6 +53,7 @@ from aiokafka07.protocol import (  # noqa: E402
     snappy_compress,
     snappy_decompress,
 )
+from aiokafka07.protocol.columns import MessageColumns, decode_columns_into  # noqa: E402
 from aiokafka07.protocol.messages import count_messages, summarize_message_set  # noqa: E402
 from aiokafka07.testing.hostile import SNAPPY_3_GIB, gzip_bomb  # noqa: E402
 
@@ -143,6 +144,10 @@ def decoders(bound: int) -> list[tuple[str, Callable[[bytes], Any]]]:
         ("decode", lambda d: decode_message_set(d, 7, max_decompressed=bound)),
         ("decode shallow", lambda d: decode_message_set(d, shallow=True)),
         ("count", lambda d: count_messages(d, max_decompressed=bound)),
+        (
+            "decode columns",
+            lambda d: decode_columns_into(MessageColumns(), d, 7, max_decompressed=bound),
+        ),
         ("summarize", summarize_message_set),
         ("gzip", lambda d: gzip_decompress(d[10:], bound)),
         ("snappy", lambda d: snappy_decompress(d[10:], bound)),
@@ -167,7 +172,7 @@ def run(count: int, seed: int) -> int:
     started = time.monotonic()
     for i in range(count):
         if i % 2500 == 0:  # the bomb, mutated, with the default bound
-            data, calls = mutate_wrapper(bomb, rng, pool), full[:3]
+            data, calls = mutate_wrapper(bomb, rng, pool), full[:4]
         else:
             base = rng.choice(bred if bred and rng.random() < 0.3 else pool)
             change = mutate_wrapper if rng.random() < 0.4 else mutate

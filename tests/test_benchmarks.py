@@ -182,8 +182,12 @@ def test_spark_benchmark_reports_local_standalone_and_split_reads() -> None:
         assert spark["rows"] == 4000  # Spark read every message once
         assert spark["rows_per_s"]["median"] > 0
         assert spark["library_rows_per_s"]["median"] > 0
-    assert figures["spark"]["local[1]"]["ceiling_rows_per_s"]["median"] > 0
+    assert figures["spark"]["local[1]"]["ceiling"]["rows_per_s"]["median"] > 0
     assert figures["spark"]["standalone"]["per_executor_vs_library"]["median"] > 0
+    for mode in ("local[1]", "local[2]", "standalone"):  # the job's cost, reading no rows
+        spark = figures["spark"][mode]
+        assert spark["overhead_s"]["median"] > 0
+        assert spark["past_overhead_rows_per_s"]["median"] > spark["rows_per_s"]["median"]
     split = figures["split"]
     assert split["input_partitions"] >= 2  # cut inside the one segment
     for read in ("single_range", "cut_inside_segment"):

@@ -94,6 +94,49 @@ def scan(
         pos = nxt
 
 
+_OFFSET = struct.Struct("=q")  # Arrow's int64 and offset buffers: native byte order
+_END = struct.Struct("=i")
+
+
+def scan_columns(
+    buf: Any,
+    pos: int,
+    base_offset: int,
+    fixed_offset: int | None,
+    offsets: bytearray,
+    value_ends: bytearray,
+    values: bytearray,
+) -> tuple[int, int, int]:
+    """Walk as :func:`scan` does (never shallow), appending each plain message's offset to
+    ``offsets`` (int64), its payload to ``values`` and the new length of ``values`` to
+    ``value_ends`` (int32): the buffers of Arrow columns; return (pos, status, detail)."""
+    if not all(isinstance(b, bytearray) for b in (offsets, value_ends, values)):
+        raise TypeError("offsets, value_ends and values must be bytearrays")
+    if len(offsets) % 8 or len(value_ends) % 4 or len(value_ends) // 4 != len(offsets) // 8 + 1:
+        raise ValueError("value_ends must hold one int32 more than offsets holds int64s")
+    view = _view(buf, pos)
+    end = len(view)
+    pack_offset, pack_end = _OFFSET.pack, _END.pack
+    had = (len(offsets), len(value_ends), len(values))
+    try:
+        while True:
+            status, n, _, hdr, _ = _check_entry(view, pos, end, False)
+            if status != ST_OK:
+                return pos, status, n
+            nxt = pos + 4 + n
+            if len(values) + n - hdr > _INT32_MAX:
+                raise OverflowError("more than 2 GiB of values in one set of columns")
+            values += view[pos + 4 + hdr : nxt]
+            value_ends += pack_end(len(values))
+            offsets += pack_offset(fixed_offset if fixed_offset is not None else base_offset + nxt)
+            pos = nxt
+    except BaseException:  # leave the columns as they were (as the C twin does)
+        for array, size in zip((offsets, value_ends, values), had, strict=True):
+            if len(array) > size:
+                del array[size:]
+        raise
+
+
 def summarize(buf: Any, pos: int, shallow: bool) -> tuple[int, int, int, int, int, int]:
     """Walk entries from ``pos`` as :func:`scan` does, building nothing; return
     ``(pos, status, detail, plain messages, compressed wrappers, largest payload)``."""

@@ -3,6 +3,8 @@
  * pure-Python twin in _pure.py with exactly the same contract; tests run both.
  *
  *   scan(buf, pos, base_offset, fixed_offset, cls, prefix, out, shallow) -> (pos, status, detail)
+ *   scan_columns(buf, pos, base_offset, fixed_offset, offsets, value_ends, values)
+ *       -> (pos, status, detail)
  *   summarize(buf, pos, shallow) -> (pos, status, detail, plain, wrapped, largest)
  *   encode_message_set(payloads, magic, attributes) -> bytes
  *   crc32(data) -> int
@@ -13,6 +15,14 @@
  * status code. It never raises for bad data: the Python caller decides what a status means
  * (a partial first entry is an error, a partial later one is the normal tail) and raises
  * the typed exception with the position.
+ *
+ * scan_columns() walks exactly as scan() does (never shallow: it stops at a compressed
+ * wrapper with ST_WRAPPER for the caller to expand) but builds no Python object per message: it
+ * appends each message's offset (int64, native order) to the bytearray `offsets`, its
+ * payload to the bytearray `values`, and the new length of `values` (int32, native order)
+ * to the bytearray `value_ends` -- the buffers of Arrow int64 and binary columns. It sizes
+ * the bytearrays once (a first walk over the entry lengths only), then checks and copies
+ * with the GIL released.
  *
  * summarize() walks entries exactly as scan() does but builds nothing: it counts plain
  * messages and (in shallow mode) compressed wrappers and reports the largest payload, so
@@ -269,6 +279,164 @@ error:
     return NULL;
 }
 
+/* Grow a bytearray by `more` bytes; a pointer to the first new byte, or NULL (error set:
+ * MemoryError, or BufferError while someone holds a view of it). */
+static char *
+grow_bytearray(PyObject *array, Py_ssize_t more)
+{
+    const Py_ssize_t size = PyByteArray_GET_SIZE(array);
+    if (more > PY_SSIZE_T_MAX - size) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (PyByteArray_Resize(array, size + more) < 0)
+        return NULL;
+    return PyByteArray_AS_STRING(array) + size;
+}
+
+static PyObject *
+speedups_scan_columns(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos;
+    long long base_offset;
+    PyObject *fixed_offset, *offsets, *value_ends, *values;
+
+    if (!PyArg_ParseTuple(args, "y*nLOO!O!O!:scan_columns", &view, &pos, &base_offset,
+                          &fixed_offset, &PyByteArray_Type, &offsets, &PyByteArray_Type,
+                          &value_ends, &PyByteArray_Type, &values))
+        return NULL;
+    long long fixed = 0;
+    if (fixed_offset != Py_None) {
+        fixed = PyLong_AsLongLong(fixed_offset);
+        if (fixed == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    if (release_if_outside(&view, pos) < 0)
+        return NULL;
+    if (PyByteArray_GET_SIZE(offsets) % 8 != 0 || PyByteArray_GET_SIZE(value_ends) % 4 != 0 ||
+        PyByteArray_GET_SIZE(value_ends) / 4 != PyByteArray_GET_SIZE(offsets) / 8 + 1) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError,
+                        "value_ends must hold one int32 more than offsets holds int64s");
+        return NULL;
+    }
+
+    const unsigned char *b = (const unsigned char *)view.buf;
+    const Py_ssize_t len = view.len;
+    /* First walk: entry lengths and headers only, up to the first entry that cannot be a
+     * message (every check of check_entry but the CRC's), so an upper bound of what the
+     * second walk appends. */
+    Py_ssize_t count = 0, payload = 0;
+    for (Py_ssize_t p = pos; len - p >= 4;) {
+        const int32_t n = (int32_t)rd_u32(b + p);
+        if (n < 5 || len - p - 4 < (Py_ssize_t)n)
+            break;
+        const int magic = b[p + 4];
+        if (magic > 1 || (magic == 1 && (n < 6 || (b[p + 5] & 3) != 0)))
+            break;
+        count++;
+        payload += n - (magic == 1 ? 6 : 5);
+        p += 4 + (Py_ssize_t)n;
+    }
+    const Py_ssize_t had = PyByteArray_GET_SIZE(offsets) / 8;
+    const Py_ssize_t had_values = PyByteArray_GET_SIZE(values);
+    const Py_ssize_t had_ends = PyByteArray_GET_SIZE(value_ends);
+    if (grow_bytearray(offsets, 8 * count) == NULL ||
+        grow_bytearray(value_ends, 4 * count) == NULL || grow_bytearray(values, payload) == NULL) {
+        PyBuffer_Release(&view);
+        goto restore;
+    }
+
+    /* Views of the three bytearrays keep them from being resized (by another thread,
+     * while the GIL is released) under the pointers the walk writes through. */
+    Py_buffer out[3];
+    PyObject *arrays[3] = {offsets, value_ends, values};
+    for (int i = 0; i < 3; i++) {
+        if (PyObject_GetBuffer(arrays[i], &out[i], PyBUF_WRITABLE) < 0) {
+            while (i-- > 0)
+                PyBuffer_Release(&out[i]);
+            PyBuffer_Release(&view);
+            goto restore;
+        }
+    }
+    int status;
+    long long detail = 0;
+    Py_ssize_t done = 0; /* messages appended */
+    Py_ssize_t used = 0; /* payload bytes appended */
+    int overrun = 0, overflow = 0;
+    entry_t e;
+    char *o = (char *)out[0].buf + 8 * had;
+    char *ends = (char *)out[1].buf + 4 * (had + 1);
+    char *v = (char *)out[2].buf + had_values;
+    const int has_fixed = fixed_offset != Py_None;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        status = check_entry(b, len, pos, 0, &e, &detail);
+        if (status != ST_OK)
+            break;
+        const Py_ssize_t size = e.n - e.hdr;
+        if (done == count || size > payload - used) {
+            overrun = 1; /* cannot happen: the first walk saw every such entry */
+            break;
+        }
+        if (had_values + used + size > INT32_MAX) {
+            overflow = 1; /* Arrow's binary offsets are int32 */
+            break;
+        }
+        const Py_ssize_t next = pos + 4 + e.n;
+        const int64_t offset = has_fixed ? fixed : base_offset + (long long)next;
+        const int32_t end = (int32_t)(had_values + used + size);
+        memcpy(v + used, b + pos + 4 + e.hdr, (size_t)size);
+        memcpy(o + 8 * done, &offset, 8);
+        memcpy(ends + 4 * done, &end, 4);
+        used += size;
+        done++;
+        pos = next;
+    }
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 3; i++)
+        PyBuffer_Release(&out[i]);
+    PyBuffer_Release(&view);
+    if (overrun) {
+        PyErr_SetString(PyExc_SystemError, "scan_columns: a message the first walk missed");
+        goto restore;
+    }
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of values in one set of columns");
+        goto restore;
+    }
+    /* Give back what the first walk reserved and the second did not use (a bad CRC). */
+    if (done < count && (PyByteArray_Resize(offsets, 8 * (had + done)) < 0 ||
+                         PyByteArray_Resize(value_ends, 4 * (had + done + 1)) < 0))
+        return NULL;
+    if (used < payload && PyByteArray_Resize(values, had_values + used) < 0)
+        return NULL;
+    return Py_BuildValue("niL", pos, status, detail);
+
+restore: /* an exception is set: leave the columns as they were */
+    {
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *raised = PyErr_GetRaisedException();
+#else
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+#endif
+        if (PyByteArray_Resize(offsets, 8 * had) < 0 ||
+            PyByteArray_Resize(value_ends, had_ends) < 0 ||
+            PyByteArray_Resize(values, had_values) < 0)
+            PyErr_Clear(); /* shrinking back: nothing to report over the first error */
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(raised);
+#else
+        PyErr_Restore(type, value, tb);
+#endif
+    }
+    return NULL;
+}
+
 static PyObject *
 speedups_summarize(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -432,6 +600,8 @@ speedups_java_string_hash(PyObject *Py_UNUSED(module), PyObject *arg)
 
 static PyMethodDef speedups_methods[] = {
     {"scan", speedups_scan, METH_VARARGS, "Decode plain messages of a message set from pos."},
+    {"scan_columns", speedups_scan_columns, METH_VARARGS,
+     "Decode plain messages of a message set from pos into column buffers."},
     {"summarize", speedups_summarize, METH_VARARGS,
      "Count the messages of a message set from pos without building them."},
     {"encode_message_set", speedups_encode_message_set, METH_VARARGS,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from ..errors import (
     CompressionError,
@@ -228,13 +228,82 @@ def decode_messages_into(
     consumer can get records that carry topic and partition without a second object per
     message.
     """
+    records = _Records(out, message_type, prefix)
+    return decode_into(records, buf, base_offset, shallow, max_decompressed)
+
+
+class MessageSink(Protocol):
+    """Where :func:`decode_into` puts the messages it decodes: a list of tuples
+    (:func:`decode_messages_into`) or column buffers
+    (:class:`~aiokafka07.protocol.columns.MessageColumns`)."""
+
+    def scan(
+        self, buf: Any, pos: int, base: int, fixed: int | None, shallow: bool
+    ) -> tuple[int, int, int]:
+        """Append the plain messages of ``buf`` from ``pos`` (see ``_speedups.c``: each
+        reports ``fixed``, or ``base`` plus its end); return (pos, status, detail)."""
+
+    def __len__(self) -> int:
+        """Messages held."""
+
+    def truncate(self, count: int) -> None:
+        """Keep only the first ``count`` messages."""
+
+    def set_last_offset(self, offset: int) -> None:
+        """Make the last message report ``offset`` (a wrapper's end, 0.7.2 §7.3)."""
+
+    def decoded(self) -> Any:
+        """The messages as a :class:`DecodedMessageSet` holds them."""
+
+
+class _Records:
+    """A list of ``cls(*prefix, offset, value, magic, attributes)`` tuples as a sink."""
+
+    __slots__ = ("cls", "out", "prefix")
+
+    def __init__(self, out: list[Any], cls: type[tuple[Any, ...]], prefix: tuple[Any, ...]) -> None:
+        self.out = out
+        self.cls = cls
+        self.prefix = prefix
+
+    def scan(
+        self, buf: Any, pos: int, base: int, fixed: int | None, shallow: bool
+    ) -> tuple[int, int, int]:
+        result: tuple[int, int, int] = _accel.impl.scan(
+            buf, pos, base, fixed, self.cls, self.prefix, self.out, shallow
+        )
+        return result
+
+    def __len__(self) -> int:
+        return len(self.out)
+
+    def truncate(self, count: int) -> None:
+        del self.out[count:]
+
+    def set_last_offset(self, offset: int) -> None:
+        last, n = self.out[-1], len(self.prefix)
+        self.out[-1] = tuple.__new__(self.cls, (*last[:n], offset, *last[n + 1 :]))
+
+    def decoded(self) -> list[Any]:
+        return self.out
+
+
+def decode_into(
+    sink: MessageSink,
+    buf: BytesLike,
+    base_offset: int,
+    shallow: bool,
+    max_decompressed: int,
+) -> int:
+    """Decode the set into ``sink`` (see :func:`decode_message_set`); return the valid
+    byte count. A :class:`ProtocolError`'s ``decoded`` holds what the sink decoded."""
     if not -_OFFSET_MAX <= base_offset <= _OFFSET_MAX - len(buf):
         raise ValueError(f"base offset {base_offset} is outside the int64 range")
     budget = _Budget(max_decompressed)
     try:
-        return _decode(out, buf, base_offset, None, shallow, message_type, prefix, 0, budget)
+        return _decode(sink, buf, base_offset, None, shallow, 0, budget)
     except ProtocolError as exc:
-        exc.decoded = DecodedMessageSet(out, exc.position or 0)
+        exc.decoded = DecodedMessageSet(sink.decoded(), exc.position or 0)
         raise
 
 
@@ -258,27 +327,25 @@ def count_messages(buf: BytesLike, *, max_decompressed: int = DEFAULT_MAX_DECOMP
 
 
 def _decode(
-    out: list[Any],
+    sink: MessageSink,
     buf: Any,
     base: int,
     fixed: int | None,
     shallow: bool,
-    cls: type[tuple[Any, ...]],
-    prefix: tuple[Any, ...],
     depth: int,
     budget: _Budget,
 ) -> int:
-    scan = _accel.impl.scan
+    scan = sink.scan
     pos: int = 0
     status: int
     detail: int
     while True:
-        pos, status, detail = scan(buf, pos, base, fixed, cls, prefix, out, shallow)
+        pos, status, detail = scan(buf, pos, base, fixed, shallow)
         if status != _pure.ST_WRAPPER:
             _check_stop(status, detail, pos, len(buf), depth)
             return pos
         try:
-            pos = _expand_wrapper(out, buf, pos, detail, base, fixed, cls, prefix, depth, budget)
+            pos = _expand_wrapper(sink, buf, pos, detail, base, fixed, depth, budget)
         except CompressionError as exc:
             if exc.limit is None or depth or not pos:
                 raise
@@ -333,33 +400,29 @@ def _at_wrapper(exc: ProtocolError, pos: int) -> None:
 
 
 def _expand_wrapper(
-    out: list[Any],
+    sink: MessageSink,
     buf: Any,
     pos: int,
     codec: int,
     base: int,
     fixed: int | None,
-    cls: type[tuple[Any, ...]],
-    prefix: tuple[Any, ...],
     depth: int,
     budget: _Budget,
 ) -> int:
     view = memoryview(buf).cast("B")
     end: int = pos + 4 + _I32.unpack_from(view, pos)[0]
-    mark = len(out)
+    mark = len(sink)
     try:
         inner = _inflate_wrapper(view, pos, codec, depth, budget)
         start = base + pos if fixed is None else fixed
-        _decode(out, inner, 0, start, False, cls, prefix, depth + 1, budget)
+        _decode(sink, inner, 0, start, False, depth + 1, budget)
     except ProtocolError as exc:
-        del out[mark:]
+        sink.truncate(mark)
         _at_wrapper(exc, pos)
         raise
-    if fixed is None and len(out) > mark:
+    if fixed is None and len(sink) > mark:
         # The wrapper's last message reports the wrapper's end (0.7.2 §7.3).
-        last = out[-1]
-        n = len(prefix)
-        out[-1] = tuple.__new__(cls, (*last[:n], base + end, *last[n + 1 :]))
+        sink.set_last_offset(base + end)
     return end
 
 

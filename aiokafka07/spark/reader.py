@@ -2,8 +2,11 @@
 
 A read range is ``[start, end)`` of one broker-partition, both message boundaries. A
 task fetches it with the SimpleConsumer (next fetch in flight while a batch is built)
-and turns each fetch into one Arrow record batch: the constant columns are repeated
-arrays and the other columns are built from whole lists and arrays. Compressed wrappers
+and turns each fetch into one Arrow record batch with no Python object per row: the
+codec decodes the fetch straight into the buffers of the ``offset`` and ``value``
+columns (:mod:`aiokafka07.protocol.columns`, in C with the GIL released), which Arrow
+takes without a copy; the constant columns are repeated arrays sliced to size, and
+``offset_seq`` comes from NumPy. Compressed wrappers
 are expanded; ``offset`` follows the 0.7.2 rule used everywhere in the library (the
 offset to fetch from next, the value a consumer commits), so the messages of a wrapper
 share offsets, and ``offset_seq`` tells them apart (see :func:`offset_seq`). A task
@@ -35,6 +38,8 @@ from pyspark.sql.types import (
 from ..errors import KafkaError, OffsetOutOfRangeError
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, decode_message_set
+from ..protocol.columns import MessageColumns, decode_columns_into
+from ..protocol.messages import BytesLike
 from ..records import TopicPartition
 from ..simple import FetchResult, SimpleConsumer
 from .options import OffsetSpec, OptionError, ReadOptions, max_fetch_size
@@ -227,24 +232,38 @@ class _BatchBuilder:
         return self._constants[name].slice(0, n)
 
     def batch(self, result: FetchResult) -> pa.RecordBatch:
-        records = result.messages
-        n = len(records)
-        offsets: np.ndarray[Any, Any] | None = None
+        """The batch of one fetch decoded by a :class:`_ColumnarConsumer`: its buffers
+        become the ``offset`` and ``value`` columns as they are (Arrow keeps the
+        bytearrays alive, and they cannot be resized while it does)."""
+        columns: MessageColumns = result.messages  # type: ignore[assignment]
+        n = len(columns)
+        offsets = np.frombuffer(columns.offsets, dtype=np.int64)
         arrays = []
         for name in self._names:
             if name in ("topic", "broker_id", "partition"):
                 arrays.append(self._constant(name, n))
-                continue
-            if name == "value":
-                arrays.append(pa.array([r[4] for r in records], pa.binary()))
-                continue
-            if offsets is None:
-                offsets = np.fromiter((r[3] for r in records), dtype=np.int64, count=n)
-            if name == "offset":
+            elif name == "value":
+                buffers = [None, pa.py_buffer(columns.value_ends), pa.py_buffer(columns.values)]
+                arrays.append(pa.Array.from_buffers(pa.binary(), n, buffers))
+            elif name == "offset":
                 arrays.append(pa.array(offsets, pa.int64()))
             else:
                 arrays.append(pa.array(offset_seq(offsets, result.offset), pa.int32()))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+class _ColumnarConsumer(SimpleConsumer):
+    """A SimpleConsumer whose fetch results hold :class:`MessageColumns` instead of
+    records: every fetch rule (sizes, the end offset, errors) is the SimpleConsumer's."""
+
+    def _decode(
+        self, topic: str, partition: int, offset: int, message_set: BytesLike
+    ) -> tuple[MessageColumns, int]:
+        columns = MessageColumns()
+        valid = decode_columns_into(
+            columns, message_set, offset, max_decompressed=self.max_decompressed_bytes
+        )
+        return columns, valid
 
 
 async def _earliest(consumer: SimpleConsumer, r: OffsetRange) -> int:
@@ -288,7 +307,7 @@ async def read_range(
 ) -> AsyncIterator[pa.RecordBatch]:
     """Arrow record batches of every message in the range (runs on the worker's loop)."""
     pool = await runtime.pool(r.cluster, r.request_timeout_ms)
-    consumer = SimpleConsumer(
+    consumer = _ColumnarConsumer(
         r.host,
         r.port,
         broker_id=r.broker_id,
