@@ -1,6 +1,6 @@
 """Message sets decoded into column buffers: no Python object per message.
 
-:func:`decode_columns_into` decodes exactly as :func:`~.messages.decode_message_set`
+:func:`decode_columns_into` decodes exactly as :func:`~aiokafka07.protocol.decode_message_set`
 does (the same checks, errors, wrapper expansion, 0.7.2 offsets and decompression bound)
 but appends to three bytearrays instead of a list of tuples: each message's offset
 (int64), its payload (all payloads back to back) and where each payload ends (int32,
@@ -26,7 +26,7 @@ _OFFSET = struct.Struct("=q")
 
 class MessageColumns:
     """Messages as column buffers (see the module docstring); a
-    :class:`~.messages.MessageSink` for :func:`decode_columns_into`.
+    ``MessageSink`` (``aiokafka07.protocol.messages``) for :func:`decode_columns_into`.
 
     ``offsets`` holds one native int64 per message; ``value_ends`` one native int32 more
     (0, then where each payload ends in ``values``). Payloads may total at most 2 GiB
@@ -72,6 +72,6 @@ def decode_columns_into(
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
 ) -> int:
     """Append the messages of the set at ``base_offset`` to ``columns``; return the valid
-    byte count. Raises as :func:`~.messages.decode_message_set` does, the error's
+    byte count. Raises as :func:`~aiokafka07.protocol.decode_message_set` does, the error's
     ``decoded`` holding ``columns`` with the messages before the bad entry."""
     return decode_into(columns, buf, base_offset, False, max_decompressed)
