@@ -1,0 +1,36 @@
+"""The typed boundary to aiokafka (an optional dependency without complete type hints).
+
+Everything the bridge takes from aiokafka is imported here, once, and given the types the
+bridge relies on; the rest of the package never imports aiokafka itself. A missing
+aiokafka is a :class:`~aiokafka07.errors.BridgeError` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BridgeError
+
+__all__ = ["load", "murmur2_partition"]
+
+
+def load() -> Any:
+    """The aiokafka module (raises BridgeError when the ``bridge`` extra is missing)."""
+    try:
+        import aiokafka
+        import aiokafka.admin
+        import aiokafka.errors
+        import aiokafka.partitioner
+        import aiokafka.structs
+    except ImportError as exc:
+        raise BridgeError(
+            f"the bridge needs aiokafka: pip install 'aiokafka07[bridge]' ({exc})"
+        ) from None
+    return aiokafka
+
+
+def murmur2_partition(key: bytes, num_partitions: int) -> int:
+    """The partition Java's DefaultPartitioner (and aiokafka's) gives a keyed record:
+    ``toPositive(murmur2(key)) % num_partitions``."""
+    murmur2: Any = load().partitioner.murmur2
+    return (int(murmur2(key)) & 0x7FFFFFFF) % num_partitions

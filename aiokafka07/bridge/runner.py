@@ -1,0 +1,298 @@
+"""The bridge's run loop: recover, then copy batch after batch, one transaction each."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cluster import ZooKeeperCluster
+from ..errors import BridgeError
+from ..protocol import EARLIEST, LATEST
+from ..records import TopicPartition
+from ..simple import SimpleConsumer
+from ..supervisor import Supervisor
+from .mapping import KeyFunction
+from .mapping import Mapping as PartitionMapping
+from .positions import Position, headers_for
+from .recovery import Checkpoint, Recovered, recover
+from .source import SourceMessage, SourceReaders
+from .target import OutRecord, TargetWriter
+
+__all__ = ["Bridge", "BridgeStats"]
+
+log = logging.getLogger("aiokafka07.bridge")
+
+
+@dataclass
+class BridgeStats:
+    """What the bridge has done in this run (read by progress displays)."""
+
+    messages: int = 0
+    bytes: int = 0
+    transactions: int = 0
+    #: Messages found already copied at recovery and not written again.
+    skipped: int = 0
+    positions: dict[TopicPartition, Position] = field(default_factory=dict)
+
+
+class Bridge:
+    """Copies 0.7 topics into a modern Kafka cluster, exactly once (see
+    :mod:`aiokafka07.bridge`).
+
+    ``zookeeper`` is the 0.7 cluster's connect string, ``bootstrap_servers`` the target's.
+    ``topics`` names the topics, or ``whitelist`` / ``blacklist`` (regular expressions,
+    matched against whole names) selects them among those registered. ``name`` identifies
+    the bridge on the target: its transactional id is ``aiokafka07-bridge-<name>`` and its
+    checkpoints are records with key ``name`` in ``checkpoint_topic``. ``key`` extracts a
+    record key from each message (default: no key). ``start`` is where broker-partitions
+    without a checkpoint begin: ``"earliest"`` or ``"latest"``. ``create_partitions``
+    creates missing target topics with that many partitions (None: a missing topic is an
+    error). ``producer_options`` / ``consumer_options`` are passed to aiokafka's producer /
+    consumer as they are.
+    """
+
+    def __init__(
+        self,
+        zookeeper: str,
+        bootstrap_servers: str,
+        topics: Sequence[str] = (),
+        *,
+        whitelist: str | None = None,
+        blacklist: str | None = None,
+        name: str = "bridge",
+        key: KeyFunction | None = None,
+        start: str = "earliest",
+        checkpoint_topic: str = "aiokafka07-bridge-checkpoints",
+        batch_size: int = 10000,
+        linger_ms: float = 100.0,
+        create_partitions: int | None = None,
+        replication_factor: int = 1,
+        request_timeout_ms: float = 30000.0,
+        producer_options: Mapping[str, Any] | None = None,
+        consumer_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if bool(topics) + (whitelist is not None) + (blacklist is not None) != 1:
+            raise BridgeError("name the topics, or give a whitelist or a blacklist (one of them)")
+        if start not in ("earliest", "latest"):
+            raise BridgeError(f"start must be 'earliest' or 'latest', not {start!r}")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name):
+            raise BridgeError(f"bridge name {name!r}: letters, digits, '.', '_', '-' only")
+        self.zookeeper = zookeeper
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = list(topics)
+        self.whitelist = re.compile(whitelist) if whitelist is not None else None
+        self.blacklist = re.compile(blacklist) if blacklist is not None else None
+        self.name = name
+        self.key = key
+        self.start = start
+        self.checkpoint_topic = checkpoint_topic
+        self.batch_size = batch_size
+        self.linger = linger_ms / 1000
+        self.create_partitions = create_partitions
+        self.replication_factor = replication_factor
+        self.request_timeout_ms = request_timeout_ms
+        self.producer_options = dict(producer_options or {})
+        self.consumer_options = dict(consumer_options or {})
+        self.stats = BridgeStats()
+
+    def _chosen(self, registered: set[str]) -> list[str]:
+        if self.topics:
+            return sorted(self.topics)
+        if self.whitelist is not None:
+            return sorted(t for t in registered if self.whitelist.fullmatch(t))
+        assert self.blacklist is not None
+        return sorted(t for t in registered if not self.blacklist.fullmatch(t))
+
+    async def run(
+        self,
+        stop: asyncio.Event | None = None,
+        *,
+        on_batch: Callable[[BridgeStats], object] | None = None,
+    ) -> BridgeStats:
+        """Copy until ``stop`` is set (then end after the transaction in progress), or
+        until something fails (a :class:`~aiokafka07.errors.BridgeError` or the 0.7
+        client's error). ``on_batch(stats)`` is called after each committed transaction."""
+        stop = stop or asyncio.Event()
+        supervisor = Supervisor(f"bridge-{self.name}", log)
+        try:
+            async with ZooKeeperCluster(self.zookeeper) as cluster:
+                topics = self._chosen(cluster.topics())
+                if not topics:
+                    raise BridgeError("no 0.7 topic matches")
+                sources = {
+                    t: [TopicPartition(t, b, p) for b, p in cluster.partitions(t)] for t in topics
+                }
+                brokers = cluster.brokers
+                async with TargetWriter(
+                    self.bootstrap_servers,
+                    f"aiokafka07-bridge-{self.name}",
+                    request_timeout_ms=self.request_timeout_ms,
+                    options=self.producer_options,
+                ) as writer:
+                    counts = await self._target_partitions(writer, topics)
+                    recovered = await recover(
+                        self.bootstrap_servers,
+                        self.checkpoint_topic,
+                        self.name.encode(),
+                        counts,
+                        request_timeout_ms=self.request_timeout_ms,
+                        options=self.consumer_options,
+                    )
+                    self._check_counts(recovered.checkpoint, counts)
+                    readers = SourceReaders(supervisor, queue_size=max(1000, 2 * self.batch_size))
+                    positions = dict(recovered.checkpoint.positions)
+                    for topic in topics:
+                        for source in sources[topic]:
+                            if source.broker_id not in brokers:
+                                raise BridgeError(
+                                    f"broker {source.broker_id} of {topic} is not registered"
+                                )
+                            if source not in positions:
+                                positions[source] = await self._first_position(
+                                    source, brokers[source.broker_id]
+                                )
+                            readers.start(source, brokers[source.broker_id], positions[source])
+                    mappings = {t: PartitionMapping(sources[t], counts[t]) for t in topics}
+                    await self._copy(
+                        writer, readers, recovered, positions, counts, mappings, stop, on_batch
+                    )
+        finally:
+            await supervisor.aclose()
+        return self.stats
+
+    async def _target_partitions(self, writer: TargetWriter, topics: list[str]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for topic in topics:
+            count = await writer.partition_count(topic)
+            if count is None:
+                if self.create_partitions is None:
+                    raise BridgeError(
+                        f"topic {topic} does not exist on the target (create it, or let the "
+                        "bridge create it with a partition count)"
+                    )
+                await writer.create_topic(topic, self.create_partitions, self.replication_factor)
+                count = await writer.partition_count(topic)
+                if count is None:
+                    raise BridgeError(f"topic {topic} was created but the target does not show it")
+            counts[topic] = count
+        return counts
+
+    @staticmethod
+    def _check_counts(checkpoint: Checkpoint, counts: Mapping[str, int]) -> None:
+        for topic, count in counts.items():
+            before = checkpoint.partitions.get(topic)
+            if before is not None and before != count:
+                raise BridgeError(
+                    f"target topic {topic} has {count} partitions, the bridge mapped keys to "
+                    f"{before}: changing the count would move keys between partitions"
+                )
+
+    async def _first_position(self, source: TopicPartition, address: Any) -> Position:
+        when = EARLIEST if self.start == "earliest" else LATEST
+        async with SimpleConsumer(address.host, address.port, broker_id=address.broker_id) as c:
+            offsets = await c.offsets_before(source.topic, source.partition, when)
+        return Position(offsets[0] if offsets else 0, 0)
+
+    async def _copy(
+        self,
+        writer: TargetWriter,
+        readers: SourceReaders,
+        recovered: Recovered,
+        positions: dict[TopicPartition, Position],
+        counts: dict[str, int],
+        mappings: Mapping[str, PartitionMapping],
+        stop: asyncio.Event,
+        on_batch: Callable[[BridgeStats], object] | None,
+    ) -> None:
+        written = recovered.written
+        targets = dict(recovered.checkpoint.targets)
+        targets.update(recovered.ends)
+        self.stats.positions = positions
+        key_of = self.key
+        while not stop.is_set():
+            batch = await self._gather(readers, stop)
+            if readers.failure is not None:
+                raise readers.failure
+            if not batch:
+                continue
+            records: list[OutRecord] = []
+            for message in batch:
+                source, record, position = message
+                key = key_of(record.value) if key_of is not None else None
+                partition = mappings[source.topic].partition(key, source)
+                where = (source.topic, partition)
+                if written:
+                    done = written.get(where, {}).get(source)
+                    if done is not None and position <= done:
+                        self.stats.skipped += 1
+                        continue
+                records.append(
+                    OutRecord(
+                        source.topic, partition, key, record.value, headers_for(source, position)
+                    )
+                )
+            after = dict(positions)
+            for message in batch:
+                after[message.source] = message.position
+            checkpoint = Checkpoint(after, {}, dict(counts))
+
+            def encode(ends: Mapping[tuple[str, int], int], c: Checkpoint = checkpoint) -> bytes:
+                c.targets = dict(ends)
+                return c.encode()
+
+            targets = await writer.write(
+                records, self.checkpoint_topic, self.name.encode(), targets, encode
+            )
+            positions.update(after)
+            self.stats.messages += len(records)
+            self.stats.bytes += sum(len(r.value) for r in records)
+            self.stats.transactions += 1
+            if on_batch is not None:
+                try:
+                    on_batch(self.stats)
+                except Exception:
+                    log.exception("the bridge's on_batch callback failed")
+
+    async def _gather(self, readers: SourceReaders, stop: asyncio.Event) -> list[SourceMessage]:
+        """Up to batch_size messages: waits for the first (until stop or a reader
+        fails), then lingers for more."""
+        queue = readers.queue
+        batch: list[SourceMessage] = []
+        if stop.is_set():
+            return batch
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(readers.failed.wait())]
+        try:
+            while queue.empty() and not stop.is_set() and not readers.failed.is_set():
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait([getter, *waits], return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    batch.append(getter.result())
+                    break
+                getter.cancel()
+                if getter.done() and not getter.cancelled():
+                    batch.append(getter.result())
+        finally:
+            for w in waits:
+                w.cancel()
+        if not batch and queue.empty():
+            return batch
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.linger
+        while len(batch) < self.batch_size:
+            try:
+                batch.append(queue.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            remaining = deadline - loop.time()
+            if remaining <= 0 or stop.is_set():
+                break
+            try:
+                batch.append(await asyncio.wait_for(queue.get(), remaining))
+            except asyncio.TimeoutError:
+                break
+        return batch

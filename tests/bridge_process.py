@@ -1,0 +1,39 @@
+"""The bridge in a process of its own, for tests that SIGKILL it.
+
+``python tests/bridge_process.py <zookeeper> <bootstrap> <topic>...`` bridges the topics
+(keys: the bytes before the first ``:``) with small transactions, printing
+``batch <messages so far>`` after each committed one, flushed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from aiokafka07.bridge import Bridge, key_before
+
+
+async def main(zookeeper: str, bootstrap: str, topics: list[str]) -> None:
+    bridge = Bridge(
+        zookeeper,
+        bootstrap,
+        topics,
+        name="test",
+        key=key_before(b":"),
+        batch_size=500,
+        linger_ms=20,
+        # The mock cluster's control batches fail aiokafka's CRC check.
+        consumer_options={"check_crcs": False},
+    )
+
+    def note(stats: object) -> None:
+        sys.stdout.write(f"batch {bridge.stats.messages} {bridge.stats.skipped}\n")
+        sys.stdout.flush()
+
+    await bridge.run(on_batch=note)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:]))

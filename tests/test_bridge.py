@@ -1,0 +1,210 @@
+"""The bridge to a modern Kafka cluster: 0.7 topics copied exactly once through SIGKILLs.
+
+The 0.7 side is real: ZooKeeper and embedded brokers. The target is librdkafka's mock
+cluster (a test double that speaks the modern protocol on loopback TCP, from the
+confluent-kafka wheel) in a process of its own, read back by confluent-kafka's consumer,
+a client independent of the bridge's aiokafka. The bridge runs in a process of its own,
+which the tests SIGKILL at random points and start again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from aiokafka07.producer import Producer
+from aiokafka07.testing import KafkaCluster
+
+pytest.importorskip("aiokafka", reason="the bridge extra (aiokafka) is not installed")
+confluent_kafka = pytest.importorskip(
+    "confluent_kafka", reason="confluent-kafka (the mock cluster) has no wheel here"
+)
+
+HERE = Path(__file__).parent
+MOCK = HERE / "mock_target.py"
+BRIDGE = HERE / "bridge_process.py"
+TARGET_PARTITIONS = 4  # the mock cluster's default (tests/mock_target.py)
+CHECKPOINTS = "aiokafka07-bridge-checkpoints"
+
+Copied = dict[str, list[tuple[int, bytes | None, bytes]]]
+
+
+@contextlib.asynccontextmanager
+async def mock_target(topics: list[str]) -> AsyncIterator[str]:
+    """The mock cluster in its own process, with ``topics``; yields its bootstrap."""
+    specs = [*topics, CHECKPOINTS]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(MOCK),
+        *specs,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        word, _, bootstrap = line.decode().strip().partition(" ")
+        assert word == "ready", f"mock cluster did not start: {line!r}"
+        yield bootstrap
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await asyncio.wait_for(process.wait(), 30)
+
+
+async def start_bridge(zookeeper: str, bootstrap: str, topics: list[str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(BRIDGE),
+        zookeeper,
+        bootstrap,
+        *topics,
+        stdout=asyncio.subprocess.PIPE,
+    )
+
+
+async def batches_seen(process: asyncio.subprocess.Process, count: int, timeout: float) -> int:
+    """Wait for ``count`` more committed batches of the bridge process; return the
+    messages it reports written so far."""
+    assert process.stdout is not None
+    written = 0
+    for _ in range(count):
+        line = await asyncio.wait_for(process.stdout.readline(), timeout)
+        assert line, f"bridge process ended (status {await process.wait()})"
+        written = int(line.split()[1])
+    return written
+
+
+def read_target(bootstrap: str, topics: list[str]) -> Copied:
+    """Every record of ``topics`` on the target, by confluent-kafka's consumer."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "log_level": 0,
+        }
+    )
+    copied: Copied = {t: [] for t in topics}
+    try:
+        ends = {}
+        for topic in topics:
+            for p in range(TARGET_PARTITIONS):
+                tp = confluent_kafka.TopicPartition(topic, p)
+                low, high = consumer.get_watermark_offsets(tp, timeout=30)
+                if high > low:
+                    ends[(topic, p)] = high
+        consumer.assign(
+            [confluent_kafka.TopicPartition(t, p, confluent_kafka.OFFSET_BEGINNING) for t, p in ends]
+        )
+        pending = set(ends)
+        idle = 0
+        while pending and idle < 30:
+            message = consumer.poll(1.0)
+            if message is None:
+                idle += 1
+                for t, p in list(pending):
+                    (position,) = consumer.position([confluent_kafka.TopicPartition(t, p)])
+                    if position.offset >= ends[(t, p)]:
+                        pending.discard((t, p))
+                continue
+            assert message.error() is None, message.error()
+            idle = 0
+            topic, partition = message.topic(), message.partition()
+            copied[topic].append((partition, message.key(), message.value()))
+            if message.offset() + 1 >= ends[(topic, partition)]:
+                pending.discard((topic, partition))
+        assert not pending, f"could not read to the end of {pending}"
+    finally:
+        consumer.close()
+    return copied
+
+
+async def produce(zookeeper: str, topics: list[str], per_topic: int, keys: int) -> dict[str, list[bytes]]:
+    sent: dict[str, list[bytes]] = {t: [] for t in topics}
+    async with Producer(zookeeper=zookeeper, compression="gzip", linger_ms=5) as producer:
+        futures = []
+        for i in range(per_topic):
+            for topic in topics:
+                key = f"k{i % keys}"
+                value = f"{key}:{topic}:{i}".encode()
+                sent[topic].append(value)
+                futures.append(await producer.send(topic, value, key=key))
+        await asyncio.gather(*futures)
+    return sent
+
+
+def check_exactly_once(sent: dict[str, list[bytes]], copied: Copied) -> None:
+    for topic, values in sent.items():
+        got = collections.Counter(value for _, _, value in copied[topic])
+        duplicated = {v: n for v, n in got.items() if n > 1}
+        missing = set(values) - set(got)
+        extra = set(got) - set(values)
+        assert not duplicated, f"{topic}: {len(duplicated)} duplicated, e.g. {list(duplicated)[:3]}"
+        assert not missing, f"{topic}: {len(missing)} missing, e.g. {sorted(missing)[:3]}"
+        assert not extra, f"{topic}: unexpected {sorted(extra)[:3]}"
+        placement: dict[bytes, set[int]] = collections.defaultdict(set)
+        for partition, key, value in copied[topic]:
+            assert key == value.split(b":", 1)[0], (key, value)
+            placement[key].add(partition)
+        split = {k: p for k, p in placement.items() if len(p) > 1}
+        assert not split, f"{topic}: keys in several partitions: {split}"
+
+
+async def bridge_through_kills(
+    kafka_cluster: Callable[..., KafkaCluster],
+    zookeeper: str,
+    *,
+    topics: list[str],
+    per_topic: int,
+    kills: int,
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    async with kafka_cluster(2, num_partitions=2) as _, mock_target(topics) as bootstrap:
+        sent = await produce(zookeeper, topics, per_topic, keys=97)
+        total = per_topic * len(topics)
+        for _ in range(kills):
+            bridge = await start_bridge(zookeeper, bootstrap, topics)
+            try:
+                await batches_seen(bridge, rng.randint(1, 4), timeout=120)
+                # A random moment inside the next transaction(s).
+                await asyncio.sleep(rng.uniform(0, 0.3))
+            finally:
+                bridge.send_signal(signal.SIGKILL)
+                await bridge.wait()
+        bridge = await start_bridge(zookeeper, bootstrap, topics)
+        try:
+            written = 0
+            while True:
+                copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                written = sum(len(v) for v in copied.values())
+                if written >= total:
+                    break
+                await batches_seen(bridge, 1, timeout=120)
+        finally:
+            bridge.send_signal(signal.SIGKILL)
+            await bridge.wait()
+        check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+
+
+async def test_bridge_copies_exactly_once_through_sigkills(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    await bridge_through_kills(
+        kafka_cluster,
+        zookeeper,
+        topics=["orders", "payments", "users"],
+        per_topic=2000,
+        kills=2,
+        seed=random.randrange(1 << 30),
+    )
