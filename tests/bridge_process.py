@@ -35,5 +35,10 @@ async def main(zookeeper: str, bootstrap: str, topics: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="bridge %(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    logging.getLogger("aiokafka07.bridge").setLevel(logging.INFO)
     asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:]))

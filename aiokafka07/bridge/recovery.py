@@ -107,12 +107,13 @@ async def recover(
     partition count). ``options`` are further AIOKafkaConsumer keyword arguments."""
     aiokafka = _aiokafka.load()
     timeout = request_timeout_ms / 1000
+    settings: dict[str, Any] = {"request_timeout_ms": int(request_timeout_ms)}
+    settings.update(options or {})
     consumer = aiokafka.AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
         isolation_level="read_committed",
-        request_timeout_ms=int(request_timeout_ms),
-        **dict(options or {}),
+        **settings,
     )
     try:
         await asyncio.wait_for(consumer.start(), timeout)
@@ -129,6 +130,11 @@ async def recover(
         raise BridgeError(f"recovery from target {bootstrap_servers} failed: {exc!r}") from exc
     finally:
         await asyncio.wait_for(consumer.stop(), timeout)
+    log.info(
+        "recovered: checkpoint with %d broker-partitions; records after it in %d target partitions",
+        len(checkpoint.positions),
+        len(written),
+    )
     return Recovered(checkpoint, written, ends)
 
 
@@ -236,5 +242,7 @@ class _Reader:
                     deadline = loop.time() + self.timeout
                     pending.discard(tp)
                     self.consumer.pause(tp)
-        self.consumer.unsubscribe()
+        # Paused, not unsubscribed: after an unsubscribe, aiokafka's stop() waited a whole
+        # request timeout for the metadata request it had sent.
+        self.consumer.pause(*tps)
         return dict(until)

@@ -134,6 +134,7 @@ class Bridge:
                     options=self.producer_options,
                 ) as writer:
                     counts = await self._target_partitions(writer, topics)
+                    log.info("target partitions: %s", counts)
                     recovered = await recover(
                         self.bootstrap_servers,
                         self.checkpoint_topic,
@@ -157,6 +158,7 @@ class Bridge:
                                 )
                             readers.start(source, brokers[source.broker_id], positions[source])
                     mappings = {t: PartitionMapping(sources[t], counts[t]) for t in topics}
+                    log.info("copying %s from %d broker-partitions", topics, len(positions))
                     await self._copy(
                         writer, readers, recovered, positions, counts, mappings, stop, on_batch
                     )

@@ -65,13 +65,14 @@ class TargetWriter:
 
     async def start(self) -> None:
         aiokafka = _aiokafka.load()
+        settings: dict[str, Any] = {"request_timeout_ms": int(self.timeout * 1000)}
+        settings.update(self._options)
         producer = aiokafka.AIOKafkaProducer(
             bootstrap_servers=self.bootstrap_servers,
             transactional_id=self.transactional_id,
             enable_idempotence=True,
             acks="all",
-            request_timeout_ms=int(self.timeout * 1000),
-            **self._options,
+            **settings,
         )
         try:
             await asyncio.wait_for(producer.start(), self.timeout)
