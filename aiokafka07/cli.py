@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "check every partition is owned by the right live member",
     ),
     "mirror": ("aiokafka07.tools.mirror", "copy topics to another cluster, compressed sets kept"),
+    "bridge": (
+        "aiokafka07.tools.bridge",
+        "copy topics into a modern Kafka cluster (aiokafka), exactly once",
+    ),
     "replay-log": (
         "aiokafka07.tools.replay_log",
         "send a topic's messages again, to another topic",
@@ -129,6 +133,10 @@ def _configure_logging(command: str, debug: bool, verbose: bool, level: int) -> 
         # aiozk logs tracebacks for every failed connection attempt; our ZooKeeper layer
         # reports connection trouble and expiry in one line of its own.
         logging.getLogger("aiozk").setLevel(logging.CRITICAL)
+    if not (debug or verbose):
+        # aiokafka (the bridge's target client) logs every failed connection attempt at
+        # ERROR; the bridge reports the outcome in one line of its own.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,6 +23,8 @@ import pytest
 from aiokafka07.producer import Producer
 from aiokafka07.testing import KafkaCluster
 
+from .wire import eventually
+
 pytest.importorskip("aiokafka", reason="the bridge extra (aiokafka) is not installed")
 confluent_kafka = pytest.importorskip(
     "confluent_kafka", reason="confluent-kafka (the mock cluster) has no wheel here"
@@ -233,3 +235,99 @@ async def test_bridge_moves_200k_messages_exactly_once_through_two_sigkills(
         kills=2,
         seed=random.randrange(1 << 30),
     )
+
+
+async def run_tool(*argv: str, timeout: float = 120) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "aiokafka07",
+        "bridge",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def test_tool_errors_are_one_line(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    async with kafka_cluster(1) as _, mock_target(["present"]) as bootstrap:
+        await produce(zookeeper, ["present", "absent"], 10, keys=3)
+        status, out = await run_tool(
+            "--zookeeper", zookeeper, "--bootstrap-servers", "127.0.0.1:9", "present"
+        )
+        assert status == 1, out
+        assert out.startswith("aiokafka07 bridge: error: target 127.0.0.1:9 unreachable"), out
+        assert len(out.strip().splitlines()) == 1, out
+        status, out = await run_tool(
+            "--zookeeper", zookeeper, "--bootstrap-servers", bootstrap, "absent"
+        )
+        assert status == 1, out
+        assert "topic absent does not exist on the target" in out, out
+        assert len(out.strip().splitlines()) == 1, out
+
+
+async def test_tool_stops_after_the_transaction_on_ctrl_c(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    topics = ["clicks"]
+    async with kafka_cluster(2, num_partitions=2) as _, mock_target(topics) as bootstrap:
+        sent = await produce(zookeeper, topics, 20000, keys=50)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "aiokafka07",
+            "bridge",
+            "--zookeeper",
+            zookeeper,
+            "--bootstrap-servers",
+            bootstrap,
+            "--name",
+            "test",  # as tests/bridge_process.py, which continues the work
+            "--key-separator",
+            ":",
+            "--batch-size",
+            "1000",
+            "--consumer-option",
+            "check_crcs=false",  # the mock cluster's control batches fail aiokafka's check
+            "--no-progress",
+            *topics,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+
+            async def some_copied() -> bool:
+                copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                return len(copied["clicks"]) > 0
+
+            await eventually(some_copied, timeout=120)
+            process.send_signal(signal.SIGINT)
+            _, err = await asyncio.wait_for(process.communicate(), 120)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        assert process.returncode == 0, err
+        assert b"bridged" in err, err
+        copied = await asyncio.to_thread(read_target, bootstrap, topics)
+        # A clean stop leaves whole transactions only: a multiple of the batch size or the
+        # messages that were there (each transaction takes what is queued, up to 1000).
+        assert 0 < len(copied["clicks"]) <= 20000
+        # A run after a clean stop finds nothing written past the last checkpoint.
+        bridge = await start_bridge(zookeeper, bootstrap, topics)
+        try:
+            skipped = 0
+            while True:
+                copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                if len(copied["clicks"]) >= 20000:
+                    break
+                skipped += await copied_beyond(bridge, 0, 120)
+            assert skipped == 0
+        finally:
+            bridge.send_signal(signal.SIGKILL)
+            await bridge.wait()
+        check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))

@@ -187,4 +187,7 @@ async def _stop(producer: Any) -> None:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "timed out"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    text, name = str(exc), type(exc).__name__
+    if not text:
+        return name
+    return text if text.startswith(name) else f"{name}: {text}"
