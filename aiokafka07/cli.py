@@ -60,6 +60,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "aiokafka07.tools.bridge",
         "copy topics into a modern Kafka cluster (aiokafka), exactly once",
     ),
+    "bridge-offsets": (
+        "aiokafka07.tools.bridge_offsets",
+        "move a 0.7 group's committed offsets to the bridge's target cluster",
+    ),
     "replay-log": (
         "aiokafka07.tools.replay_log",
         "send a topic's messages again, to another topic",

@@ -1,7 +1,8 @@
 """The bridge in a process of its own, for tests that SIGKILL it.
 
-``python tests/bridge_process.py <zookeeper> <bootstrap> <topic>...`` bridges the topics
-(keys: the bytes before the first ``:``) with small transactions, printing
+``python tests/bridge_process.py [--keyless] <zookeeper> <bootstrap> <topic>...`` bridges
+the topics (keys: the bytes before the first ``:``, none with ``--keyless``) with small
+transactions, printing
 ``batch <messages so far>`` after each committed one, flushed at once.
 """
 
@@ -14,13 +15,13 @@ import sys
 from aiokafka07.bridge import Bridge, key_before
 
 
-async def main(zookeeper: str, bootstrap: str, topics: list[str]) -> None:
+async def main(zookeeper: str, bootstrap: str, topics: list[str], *, keyed: bool) -> None:
     bridge = Bridge(
         zookeeper,
         bootstrap,
         topics,
         name="test",
-        key=key_before(b":"),
+        key=key_before(b":") if keyed else None,
         batch_size=500,
         linger_ms=20,
         # The mock cluster's control batches fail aiokafka's CRC check.
@@ -41,4 +42,7 @@ if __name__ == "__main__":
         format="bridge %(asctime)s %(levelname)s %(name)s %(message)s",
     )
     logging.getLogger("aiokafka07.bridge").setLevel(logging.INFO)
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:]))
+    argv = sys.argv[1:]
+    keyless = argv[:1] == ["--keyless"]
+    argv = argv[1:] if keyless else argv
+    asyncio.run(main(argv[0], argv[1], argv[2:], keyed=not keyless))

@@ -20,8 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from aiokafka07 import SimpleConsumer
+from aiokafka07.group import Consumer
 from aiokafka07.producer import Producer
+from aiokafka07.protocol import LATEST
 from aiokafka07.testing import KafkaCluster
+from aiokafka07.znodes import GroupRegistry
+from aiokafka07.zookeeper import ZooKeeper
 
 from .wire import eventually
 
@@ -63,11 +68,12 @@ async def mock_target(topics: list[str]) -> AsyncIterator[str]:
 
 
 async def start_bridge(
-    zookeeper: str, bootstrap: str, topics: list[str]
+    zookeeper: str, bootstrap: str, topics: list[str], *, keyless: bool = False
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         str(BRIDGE),
+        *(["--keyless"] if keyless else []),
         zookeeper,
         bootstrap,
         *topics,
@@ -238,11 +244,15 @@ async def test_bridge_moves_200k_messages_exactly_once_through_two_sigkills(
 
 
 async def run_tool(*argv: str, timeout: float = 120) -> tuple[int, str]:
+    return await run_tool_named("bridge", *argv, timeout=timeout)
+
+
+async def run_tool_named(command: str, *argv: str, timeout: float = 120) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "aiokafka07",
-        "bridge",
+        command,
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -331,3 +341,127 @@ async def test_tool_stops_after_the_transaction_on_ctrl_c(
             bridge.send_signal(signal.SIGKILL)
             await bridge.wait()
         check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+
+
+def read_as_group(bootstrap: str, topics: list[str], group: str) -> list[bytes]:
+    """What a consumer of ``group`` on the target reads from its committed offsets."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "log_level": 0,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        wanted = [
+            confluent_kafka.TopicPartition(t, p) for t in topics for p in range(TARGET_PARTITIONS)
+        ]
+        committed = consumer.committed(wanted, timeout=30)
+        assert all(tp.error is None and tp.offset >= 0 for tp in committed), committed
+        # Assigned by offset alone: with the leader epoch the mock cluster reports on a
+        # commit, librdkafka's offset validation against it fails ("log truncation").
+        consumer.assign(
+            [confluent_kafka.TopicPartition(tp.topic, tp.partition, tp.offset) for tp in committed]
+        )
+        pending = {(t, p) for t in topics for p in range(TARGET_PARTITIONS)}
+        idle = 0
+        while pending:
+            message = consumer.poll(1.0)
+            if message is None:
+                idle += 1
+                assert idle < 60, f"no end of partition from {pending}"
+                continue
+            idle = 0
+            if message.error() is not None:
+                assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, (
+                    message.error()
+                )
+                pending.discard((message.topic(), message.partition()))
+                continue
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+async def unconsumed_on_07(
+    cluster: KafkaCluster, zookeeper: str, group: str, topic: str
+) -> list[bytes]:
+    """What the 0.7 group would read next: every message from its committed offsets on."""
+    values: list[bytes] = []
+    async with ZooKeeper(zookeeper) as zk:
+        registry = GroupRegistry(zk, group)
+        committed = await registry.offsets(topic)
+    for broker_id, broker in cluster.brokers.items():
+        async with SimpleConsumer(broker.host, broker.port, broker_id=broker_id) as c:
+            for partition in range(broker.config.num_partitions):
+                name = f"{broker_id}-{partition}"
+                (end,) = await c.offsets_before(topic, partition, LATEST)
+                start = committed.get(name, 0)
+                async for record in c.messages(topic, partition, start, end_offset=end):
+                    values.append(record.value)
+    return values
+
+
+async def test_group_offsets_switch_over_without_loss_or_repeat(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    topics = ["events"]
+    async with kafka_cluster(2, num_partitions=2) as cluster, mock_target(topics) as bootstrap:
+        sent = await produce(zookeeper, topics, 3000, keys=40)
+        # The 0.7 group consumes part of it, commits, and stays a member for now.
+        consumer = Consumer(*topics, group="app", zookeeper=zookeeper, auto_commit=False)
+        await consumer.start()
+        try:
+            taken = 0
+            while taken < 1000:
+                batches = await consumer.getmany(timeout_ms=1000, max_records=200)
+                taken += sum(len(r) for r in batches.values())
+            await consumer.commit()
+            bridge = await start_bridge(zookeeper, bootstrap, topics, keyless=True)
+            try:
+                while (
+                    len((await asyncio.to_thread(read_target, bootstrap, topics))["events"]) < 3000
+                ):
+                    await copied_beyond(bridge, 0, 120)
+            finally:
+                bridge.send_signal(signal.SIGKILL)
+                await bridge.wait()
+            status, out = await run_tool_named(
+                "bridge-offsets",
+                "-g",
+                "app",
+                "-z",
+                zookeeper,
+                "--bootstrap-servers",
+                bootstrap,
+                "--consumer-option",
+                "check_crcs=false",
+                "events",
+            )
+            assert status == 1, out
+            assert "live members" in out, out
+        finally:
+            await consumer.close(commit=False)
+        status, out = await run_tool_named(
+            "bridge-offsets",
+            "-g",
+            "app",
+            "-z",
+            zookeeper,
+            "--bootstrap-servers",
+            bootstrap,
+            "--consumer-option",
+            "check_crcs=false",
+            "events",
+        )
+        assert status == 0, out
+        assert "committed 4 offsets for group app" in out, out
+        expected = await unconsumed_on_07(cluster, zookeeper, "app", "events")
+        assert 0 < len(expected) < len(sent["events"])
+        got = await asyncio.to_thread(read_as_group, bootstrap, topics, "app")
+        assert sorted(got) == sorted(expected)

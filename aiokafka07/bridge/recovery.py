@@ -117,7 +117,7 @@ async def recover(
     )
     try:
         await asyncio.wait_for(consumer.start(), timeout)
-        reader = _Reader(consumer, aiokafka.structs.TopicPartition, timeout)
+        reader = TargetReader(consumer, aiokafka.structs.TopicPartition, timeout)
         checkpoint = await _last_checkpoint(reader, checkpoint_topic, checkpoint_key)
         written: dict[tuple[str, int], dict[TopicPartition, Position]] = {}
         starts = {
@@ -152,7 +152,7 @@ def _note(
         seen[source] = position
 
 
-async def _last_checkpoint(reader: _Reader, topic: str, key: bytes) -> Checkpoint:
+async def _last_checkpoint(reader: TargetReader, topic: str, key: bytes) -> Checkpoint:
     """The last checkpoint record with ``key`` in partition 0 of ``topic`` (an empty
     checkpoint when there is none), looking back further until found."""
     begin, end = await reader.bounds((topic, 0))
@@ -176,7 +176,7 @@ async def _last_checkpoint(reader: _Reader, topic: str, key: bytes) -> Checkpoin
     return Checkpoint()
 
 
-class _Reader:
+class TargetReader:
     """Reads assigned partitions of an AIOKafkaConsumer between offsets."""
 
     def __init__(self, consumer: Any, make_tp: Any, timeout: float) -> None:
