@@ -41,7 +41,7 @@ if __name__ == "__main__":
         stream=sys.stderr,
         format="bridge %(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    logging.getLogger("aiokafka07.bridge").setLevel(logging.INFO)
+    logging.getLogger("aiokafka07.bridge").setLevel(logging.DEBUG)
     argv = sys.argv[1:]
     keyless = argv[:1] == ["--keyless"]
     argv = argv[1:] if keyless else argv

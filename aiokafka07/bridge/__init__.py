@@ -8,15 +8,14 @@ the topic of the same name on the target through aiokafka (``pip install
 messages by the target's default murmur2 partitioner, so a key always lands in the same
 target partition; keyless ones broker-partition to partition).
 
-Exactly once through crashes
-----------------------------
-Every target record carries headers naming its 0.7 topic, broker-partition and the
-position after it (:mod:`aiokafka07.bridge.positions`; a 0.7 offset is a byte offset,
-and the messages of a compressed set share one, so a position is the set's offset plus how
-many of its messages to skip). The bridge copies in batches, one transaction each, with a
-transactional producer (``transactional_id`` ``aiokafka07-bridge-<name>``): send the
-batch, wait until the target acknowledged every record, send a checkpoint record (every
-broker-partition's position, every target partition's end), commit.
+**Exactly once through crashes.** Every target record carries headers naming its 0.7
+topic, broker-partition and the position after it (:mod:`aiokafka07.bridge.positions`; a
+0.7 offset is a byte offset, and the messages of a compressed set share one, so a position
+is the set's offset plus how many of its messages to skip). The bridge copies in batches,
+one transaction each, with a transactional producer (``transactional_id``
+``aiokafka07-bridge-<name>``): send the batch, wait until the target acknowledged every
+record, send a checkpoint record (every broker-partition's position, every target
+partition's end), commit.
 
 On start (after a stop, a crash, a SIGKILL), :func:`~aiokafka07.bridge.recovery.recover`:
 

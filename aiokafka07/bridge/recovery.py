@@ -5,16 +5,22 @@ partition 0 of its checkpoint topic, holding
 
 * ``positions``: per 0.7 broker-partition, the position after the last message copied,
 * ``targets``: per target partition, the offset after the bridge's last record there,
-* ``partitions``: per target topic, the partition count the mapping used.
+* ``partitions``: per target topic, the partition count the mapping used,
+* ``pending``: per target partition and 0.7 broker-partition, a position up to which the
+  records are already in that target partition although ``positions`` has not reached
+  it (found by an earlier recovery, before ``targets``; see below).
 
 :func:`recover` reads the last checkpoint (``read_committed``: on a broker that honours
 transactions, only a committed one), then reads every target partition of the bridged
 topics from the checkpoint's offset to its end and notes, per target partition and 0.7
 broker-partition, the highest position among the records found there
-(:attr:`Recovered.written`). On a broker that honours transactions nothing is found (an
-unfinished transaction was aborted when the new producer fenced the old one); where
-uncommitted records are visible anyway, they are what the independent readers see too, and
-the bridge does not write them again (see :mod:`aiokafka07.bridge`).
+(:attr:`Recovered.written`, which starts from the checkpoint's ``pending``: the
+checkpoint's ``targets`` may lie past records an earlier recovery found and that the
+copying has not reached yet, and those must still be skipped). On a broker that honours
+transactions nothing is found (an unfinished transaction was aborted when the new producer
+fenced the old one); where uncommitted records are visible anyway, they are what the
+independent readers see too, and the bridge does not write them again (see
+:mod:`aiokafka07.bridge`).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class Checkpoint:
     positions: dict[TopicPartition, Position] = field(default_factory=dict)
     targets: dict[tuple[str, int], int] = field(default_factory=dict)
     partitions: dict[str, int] = field(default_factory=dict)
+    pending: dict[tuple[str, int], dict[TopicPartition, Position]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -59,6 +66,11 @@ class Checkpoint:
                 ],
                 "targets": [[t, p, o] for (t, p), o in sorted(self.targets.items())],
                 "partitions": self.partitions,
+                "pending": [
+                    [t, p, s.topic, s.name, pos.offset, pos.skip]
+                    for (t, p), sources in sorted(self.pending.items())
+                    for s, pos in sorted(sources.items())
+                ],
             },
             separators=(",", ":"),
         ).encode("utf-8")
@@ -77,9 +89,13 @@ class Checkpoint:
             }
             targets = {(str(t), int(p)): int(o) for t, p, o in doc["targets"]}
             partitions = {str(t): int(n) for t, n in doc["partitions"].items()}
+            pending: dict[tuple[str, int], dict[TopicPartition, Position]] = {}
+            for t, p, st, sn, o, k in doc["pending"]:
+                source = TopicPartition.parse(str(st), str(sn))
+                pending.setdefault((str(t), int(p)), {})[source] = Position(int(o), int(k))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BridgeError(f"unreadable checkpoint record: {exc}") from None
-        return cls(positions, targets, partitions)
+        return cls(positions, targets, partitions, pending)
 
 
 @dataclass
@@ -119,13 +135,14 @@ async def recover(
         await asyncio.wait_for(consumer.start(), timeout)
         reader = TargetReader(consumer, aiokafka.structs.TopicPartition, timeout)
         checkpoint = await _last_checkpoint(reader, checkpoint_topic, checkpoint_key)
-        written: dict[tuple[str, int], dict[TopicPartition, Position]] = {}
+        written = {where: dict(found) for where, found in checkpoint.pending.items()}
         starts = {
             (topic, p): checkpoint.targets.get((topic, p))
             for topic, count in topics.items()
             for p in range(count)
         }
         ends = await reader.read(starts, lambda where, record: _note(written, where, record))
+        log.debug("recovery read target partitions from %s to %s", starts, ends)
     except (asyncio.TimeoutError, aiokafka.errors.KafkaError, OSError) as exc:
         raise BridgeError(f"recovery from target {bootstrap_servers} failed: {exc!r}") from exc
     finally:

@@ -240,7 +240,15 @@ class Bridge:
             after = dict(positions)
             for message in batch:
                 after[message.source] = message.position
-            checkpoint = Checkpoint(after, {}, dict(counts))
+            # Records found at recovery that the copying has not reached yet stay to be
+            # skipped after the next recovery too (its tail reads start past them).
+            pending = {}
+            for where, found in written.items():
+                ahead = {s: p for s, p in found.items() if p > after.get(s, Position(-1))}
+                if ahead:
+                    pending[where] = ahead
+            written = pending
+            checkpoint = Checkpoint(after, {}, dict(counts), pending)
 
             def encode(ends: Mapping[tuple[str, int], int], c: Checkpoint = checkpoint) -> bytes:
                 c.targets = dict(ends)
