@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import BridgeError
 
-__all__ = ["load", "murmur2_partition"]
+__all__ = ["load", "murmur2_partition", "partitions_of"]
 
 
 def load() -> Any:
@@ -34,3 +34,12 @@ def murmur2_partition(key: bytes, num_partitions: int) -> int:
     ``toPositive(murmur2(key)) % num_partitions``."""
     murmur2: Any = load().partitioner.murmur2
     return (int(murmur2(key)) & 0x7FFFFFFF) % num_partitions
+
+
+async def partitions_of(client: Any, topic: str) -> set[int] | None:
+    """The partition numbers of ``topic`` from a fresh metadata answer for every topic
+    (None: no such topic). A fresh answer of its own, not ``force_metadata_update()``,
+    which may join a refresh in flight of the client's tracked topics only."""
+    metadata = await client.fetch_all_metadata()
+    partitions = metadata.partitions_for_topic(topic)
+    return {int(p) for p in partitions} if partitions else None

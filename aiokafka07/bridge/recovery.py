@@ -202,10 +202,9 @@ class TargetReader:
         self.timeout = timeout
 
     async def bounds(self, where: tuple[str, int]) -> tuple[int | None, int | None]:
-        partitions = self.consumer._client.cluster.partitions_for_topic(where[0])
-        if partitions is None:
-            await asyncio.wait_for(self.consumer._client.force_metadata_update(), self.timeout)
-            partitions = self.consumer._client.cluster.partitions_for_topic(where[0])
+        partitions = await asyncio.wait_for(
+            _aiokafka.partitions_of(self.consumer._client, where[0]), self.timeout
+        )
         if not partitions or where[1] not in partitions:
             return None, None
         tp = self.make_tp(*where)

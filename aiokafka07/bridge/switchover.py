@@ -3,7 +3,7 @@
 A 0.7 group's committed offset ``O`` of a broker-partition is where its consumers resume:
 every message a fetch from ``O`` hands out is not consumed yet (inside a compressed set,
 that is the whole set: 0.7 commits set boundaries). A copied record's position header
-``(offset, skip)`` (:mod:`.positions`) tells which side it is on: a record is consumed
+``(offset, skip)`` (``aiokafka07.bridge.positions``) tells which side it is on: a record is consumed
 when ``skip == 0 and offset <= O`` (it ends at or before ``O``) or ``skip > 0 and offset <
 O`` (it is inside a set that ends at or before ``O``).
 
@@ -114,10 +114,11 @@ async def translate(
 
     try:
         await asyncio.wait_for(consumer.start(), timeout)
-        await asyncio.wait_for(consumer._client.force_metadata_update(), timeout)
         starts: dict[tuple[str, int], int | None] = {}
         for topic in topics:
-            partitions = consumer._client.cluster.partitions_for_topic(topic)
+            partitions = await asyncio.wait_for(
+                _aiokafka.partitions_of(consumer._client, topic), timeout
+            )
             if not partitions:
                 raise BridgeError(f"topic {topic} does not exist on the target")
             starts.update({(topic, p): None for p in partitions})

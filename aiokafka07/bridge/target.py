@@ -90,14 +90,14 @@ class TargetWriter:
 
     async def partition_count(self, topic: str) -> int | None:
         """The target topic's partition count (None: the topic does not exist)."""
-        client = self._producer.client
         try:
-            await asyncio.wait_for(client.force_metadata_update(), self.timeout)
+            partitions = await asyncio.wait_for(
+                _aiokafka.partitions_of(self._producer.client, topic), self.timeout
+            )
         except (asyncio.TimeoutError, _aiokafka.load().errors.KafkaError) as exc:
             raise BridgeError(
                 f"target {self.bootstrap_servers}: no metadata ({_describe(exc)})"
             ) from exc
-        partitions = client.cluster.partitions_for_topic(topic)
         return len(partitions) if partitions else None
 
     async def create_topic(self, topic: str, partitions: int, replication: int) -> None:
