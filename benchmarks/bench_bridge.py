@@ -2,8 +2,8 @@
 
 Workload: ``--messages`` messages of 100 B (30 random bytes, 70 filler; key: the 7 bytes
 before a ``:``) in uncompressed sets of 1000, in a topic per round (the bridge does not
-copy again what the target holds), over 4 partitions of one embedded 0.7 broker
-in its own process (registered in a ZooKeeper of its own). The target is librdkafka's mock
+copy again what the modern cluster holds), over 4 partitions of one embedded 0.7 broker
+in its own process (registered in a ZooKeeper of its own). The modern cluster is librdkafka's mock
 cluster (3 brokers, in its own process; a test double, not a Kafka broker: figures against
 a real cluster will differ). Three measurements run interleaved, in a rotating order,
 ``--rounds`` times (>= 5):
@@ -11,7 +11,7 @@ a real cluster will differ). Three measurements run interleaved, in a rotating o
 * **read floor**: the library's own 0.7 read, :meth:`SimpleConsumer.batches` over the 4
   partitions at once, every message handed out;
 * **produce floor**: aiokafka's transactional producer writing the same number of
-  records (same sizes, keys and headers as the bridge's) to the target, one transaction
+  records (same sizes, keys and headers as the bridge's) to the same mock cluster, one transaction
   per ``--batch-size``, each waiting for its acknowledgements before committing;
 * **bridge**: :class:`aiokafka07.bridge.Bridge` copying the topic (a fresh bridge name
   each round, so each round copies everything), from its start until the last
@@ -143,7 +143,7 @@ async def bridge_run(
 async def main(messages: int, rounds: int, batch: int) -> dict[str, Any]:
     results: dict[str, Any] = {"rounds": rounds, "cpus": os.cpu_count(), "load_before": load()}
     with tempfile.TemporaryDirectory(prefix="bench-bridge-") as tmp, ZooKeeperServer() as zk:
-        # A topic per round: records already on the target (from an earlier round) would
+        # A topic per round: records already on the mock cluster (from an earlier round) would
         # be found at recovery and not copied again.
         topics = [f"{TOPIC}{r}" for r in range(rounds)]
         expected = write_backlog(Path(tmp), topics[0], messages)
