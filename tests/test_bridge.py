@@ -284,6 +284,21 @@ async def test_tool_errors_are_one_line(
         assert status == 1, out
         assert "topic absent does not exist on the target" in out, out
         assert len(out.strip().splitlines()) == 1, out
+        # A record over the target producer's max_request_size (messages here: ~20 B).
+        status, out = await run_tool(
+            "--zookeeper",
+            zookeeper,
+            "--bootstrap-servers",
+            bootstrap,
+            "--producer-option",
+            "max_request_size=10",
+            "--consumer-option",
+            "check_crcs=false",
+            "present",
+        )
+        assert status == 1, out
+        assert "a record is too large for the target" in out, out
+        assert len(out.strip().splitlines()) == 1, out
 
 
 async def test_tool_stops_after_the_transaction_on_ctrl_c(
