@@ -3,7 +3,10 @@
 * ``fast``: the fast tier (``pytest -m "not slow"``) on every other supported Python,
   with the spark extra (PySpark 4 installs on each: 4.2 on 3.10, 4.3 on 3.11 to 3.13);
 * ``no-spark``: the whole suite without the spark extra, where every test that needs
-  PySpark must skip cleanly (the extra is optional).
+  PySpark must skip cleanly (the extra is optional);
+* ``uvloop``: the fast tier and the client's integration tests (producer, consumers,
+  connections, faults, the services' endpoints) with every async test on uvloop (the
+  ``uvloop`` extra; ``AIOKAFKA07_TEST_LOOP=uvloop``, see tests/conftest.py).
 
 ``.ci/run`` runs them all after README's command; ``nox -s fast-3.13`` runs one. Each
 session installs the package in editable mode, so the tests import this checkout, and
@@ -17,7 +20,7 @@ from __future__ import annotations
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["fast", "no-spark"]
+nox.options.sessions = ["fast", "no-spark", "uvloop"]
 
 #: Every Python the package supports (pyproject.toml's requires-python and classifiers say
 #: the same). README's command runs the whole suite on the CI machine's default, 3.11.
@@ -38,3 +41,36 @@ def no_spark(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("python", "-c", "import importlib.util as u; assert not u.find_spec('pyspark')")
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+#: The client's integration tests run on uvloop besides the fast tier: everything that
+#: drives sockets, ZooKeeper and faults from this process (the tools, Spark and the demo
+#: run their own processes on asyncio's loop).
+UVLOOP_MODULES = (
+    "tests/test_aiohttp_app.py",
+    "tests/test_client_metrics.py",
+    "tests/test_confirm.py",
+    "tests/test_connection.py",
+    "tests/test_group_consumer.py",
+    "tests/test_group_edges.py",
+    "tests/test_group_faults.py",
+    "tests/test_hostile_broker.py",
+    "tests/test_logging_handler.py",
+    "tests/test_pool.py",
+    "tests/test_producer.py",
+    "tests/test_producer_faults.py",
+    "tests/test_simple_consumer.py",
+)
+
+
+@nox.session(python="3.12")
+def uvloop(session: nox.Session) -> None:
+    """Every async test of the fast tier and of the client's integration modules on
+    uvloop: the library works on the loop an application chooses."""
+    session.install("-e", ".[test,uvloop]")
+    env = {"AIOKAFKA07_TEST_LOOP": "uvloop"}
+    if session.posargs:
+        session.run("python", "-m", "pytest", *session.posargs, env=env)
+        return
+    session.run("python", "-m", "pytest", "-m", "not slow", env=env)
+    session.run("python", "-m", "pytest", "-m", "slow", *UVLOOP_MODULES, env=env)

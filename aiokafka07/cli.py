@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consume": ("aiokafka07.tools.consume", "print messages, as a group member or by partition"),
     "offsets": ("aiokafka07.tools.offsets", "offsets before a time for each partition of a topic"),
     "groups": ("aiokafka07.tools.groups", "list consumer groups; describe owners, offsets, lag"),
+    "exporter": (
+        "aiokafka07.tools.exporter",
+        "Prometheus metrics and lag status of a cluster, over HTTP",
+    ),
     "export-offsets": ("aiokafka07.tools.export_offsets", "save a group's offsets as JSON"),
     "import-offsets": ("aiokafka07.tools.import_offsets", "set a group's offsets from a file"),
     "update-offsets": (

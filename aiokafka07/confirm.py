@@ -165,6 +165,18 @@ class _Probe:
         self.futures: list[asyncio.Future[Any]] = []
 
 
+def _check_entries(entries: list[tuple[str, int, int]]) -> None:
+    """Refuse entries a confirmed produce cannot have: none at all, a topic name that is
+    not valid (a raw frame's: its probes must not fail half-queued), a partition below
+    -1."""
+    if not entries:
+        raise MalformedFrameError("nothing to confirm: a multiproduce without entries")
+    for topic, partition, _ in entries:
+        validate_topic(topic)
+        if partition < -1:
+            raise InvalidPartitionError(f"partition {partition} is not valid for a produce")
+
+
 class Confirmer:
     """The confirm ledger of one connection (module docstring).
 
@@ -192,6 +204,8 @@ class Confirmer:
         self._tracks: dict[Target, _Track] = {}
         #: topic -> its partition count on this broker (for produces to partition -1).
         self._counts: dict[str, int] = {}
+        #: The last frame :meth:`prepare` read, and what :meth:`check` makes of it.
+        self._prepared: tuple[bytes, dict[Target, int]] | None = None
         self._requests: dict[int, _Request] = {}
         #: Confirmed produces queued so far, and the last one proven processed.
         self._seq = 0
@@ -212,8 +226,15 @@ class Confirmer:
         """Learn the partition count of every topic the frame produces to partition -1
         on (once per topic and connection), so that :meth:`submit` can account for it.
         Raises :class:`KafkaConnectionError` (``maybe_delivered`` False: nothing of the
-        produce was written) if the connection fails meanwhile."""
-        topics = {t for t, p, _ in produce_entries(frame) if p == -1} - set(self._counts)
+        produce was written) if the connection fails meanwhile, or as :meth:`check` for a
+        frame it refuses (before anything is asked).
+
+        The frame is parsed here once: what :meth:`check` makes of it is kept for the
+        next :meth:`check` of the same frame object (a producer prepares a frame, then
+        submits it), so a confirmed produce is read once, not at every step."""
+        entries = produce_entries(frame)
+        _check_entries(entries)
+        topics = {t for t, p, _ in entries if p == -1} - set(self._counts)
         for topic in sorted(topics):
             try:
                 self._counts[topic] = await self._discover(topic)
@@ -223,6 +244,7 @@ class Confirmer:
                     broker=self.address,
                     maybe_delivered=False,
                 ) from exc
+        self._prepared = (frame, self._sizes(entries))
 
     async def _discover(self, topic: str) -> int:
         """The topic's partition count on the broker: a FETCH (0 bytes) of a partition
@@ -263,15 +285,20 @@ class Confirmer:
         """What :meth:`submit` checks before it queues anything (a frame with no entries,
         a bad topic, a partition below -1, a topic sent to partition -1 without
         :meth:`prepare`), so a connection can refuse a frame before it takes its place in
-        line; the bytes the frame writes to each target, the last entry's target last."""
+        line; the bytes the frame writes to each target, the last entry's target last.
+        Pass the result to :meth:`submit`."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared[0] is frame:
+            return prepared[1]  # read by prepare(); partition counts are never forgotten
         entries = produce_entries(frame)
-        if not entries:
-            raise MalformedFrameError("nothing to confirm: a multiproduce without entries")
+        _check_entries(entries)
+        return self._sizes(entries)
+
+    def _sizes(self, entries: list[tuple[str, int, int]]) -> dict[Target, int]:
+        """Bytes per target of checked entries, the last entry's target last; refuses a
+        partition -1 entry whose topic :meth:`prepare` has not counted."""
         sizes: dict[Target, int] = {}
         for topic, partition, size in entries:
-            validate_topic(topic)  # a raw frame's: the probes must not fail half-queued
-            if partition < -1:
-                raise InvalidPartitionError(f"partition {partition} is not valid for a produce")
             if partition == -1 and topic not in self._counts:
                 raise IllegalStateError(
                     f"a produce to {topic} partition -1 is confirmed only after prepare() "
@@ -281,15 +308,19 @@ class Confirmer:
             sizes[key] = sizes.pop(key, 0) + size  # the last entry's target ends last
         return sizes
 
-    def submit(self, frame: bytes) -> asyncio.Future[int | None]:
+    def submit(
+        self, frame: bytes, sizes: dict[Target, int] | None = None
+    ) -> asyncio.Future[int | None]:
         """Queue a PRODUCE / MULTIPRODUCE frame with its probes now; return its future.
 
         It gets the last entry's end (for partition -1: the sum of the topic's
-        partitions' ends) once every entry is confirmed. Everything is checked before
-        anything is queued: a frame with no entries, a partition below -1, or a topic
-        sent to partition -1 without :meth:`prepare` raise here.
+        partitions' ends) once every entry is confirmed. ``sizes`` is what :meth:`check`
+        returned for this frame; without it the frame is checked here. Everything is
+        checked before anything is queued: a frame with no entries, a partition below
+        -1, or a topic sent to partition -1 without :meth:`prepare` raise.
         """
-        sizes = self.check(frame)
+        if sizes is None:
+            sizes = self.check(frame)
         loop = asyncio.get_running_loop()
         for key in sizes:
             if key not in self._tracks:

@@ -37,7 +37,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from .confirm import Confirmer
 from .errors import (
@@ -308,8 +308,9 @@ class BrokerConnection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport: not an asyncio.Transport subclass on every loop (uvloop's
+        # are not), so it is not checked as one.
+        self._transport = transport = cast(asyncio.Transport, transport)
         # Both marks at 0: the transport pauses us whenever it keeps any byte and resumes
         # us once it has none left, the moment the line is looked at again (_admit). The
         # bound itself is ours: what the transport keeps counts in unsent_bytes.
@@ -640,23 +641,28 @@ class BrokerConnection(asyncio.Protocol):
         """Take a place for a produce frame (see :meth:`_submit`): its outcome, and
         whether it was queued at once."""
         self._check_open()
-        size = self._conversation.produce_size(frame, confirm=confirm)
-        if confirm:
-            self._confirmer.check(frame)  # before it takes a place: refused at once
+        # The frame's own bytes: the ledger's probes are requests of their own.
+        size = self._conversation.produce_size(frame)
+        # With confirm, refused before it takes a place; the sizes go with it to its turn.
+        sizes = self._confirmer.check(frame) if confirm else None
         result: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        enqueue = functools.partial(self._queue_produce, frame, result, confirm)
+        enqueue = functools.partial(self._queue_produce, frame, result, sizes)
         return result, self._submit(size, enqueue, result, keep=keep, answers=confirm)
 
     def _queue_produce(
-        self, frame: bytes, result: asyncio.Future[int | None], confirm: bool
+        self,
+        frame: bytes,
+        result: asyncio.Future[int | None],
+        sizes: dict[tuple[str, int], int] | None,
     ) -> None:
-        """Its turn came: queue the frame (with confirm: through the ledger, which queues
-        its probes around it, and whose outcome becomes ``result``'s)."""
-        if not confirm:
+        """Its turn came: queue the frame (with confirm, i.e. ``sizes`` from the ledger's
+        check: through the ledger, which queues its probes around it, and whose outcome
+        becomes ``result``'s)."""
+        if sizes is None:
             self._conversation.send_produce(frame, result)
             self._queued()
             return
-        _chain(self._confirmer.submit(frame), result)
+        _chain(self._confirmer.submit(frame, sizes), result)
 
     async def prepare_confirm(self, frame: bytes) -> None:
         """Make ``frame`` ready for :meth:`submit_produce` with confirm: learn the

@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .backoff import Backoff
@@ -20,9 +21,27 @@ from .connection import RENAMED_TIMEOUTS, BrokerAddress, BrokerConnection
 from .errors import InvalidConfigError, KafkaConnectionError
 from .validation import check_int, check_ms, check_number, renamed_options_to_ms, renamed_to_ms
 
-__all__ = ["ConnectionPool"]
+__all__ = ["BrokerPoolMetrics", "ConnectionPool", "PoolMetrics"]
 
 log = logging.getLogger("aiokafka07.pool")
+
+
+@dataclass(frozen=True)
+class BrokerPoolMetrics:
+    """One broker's connections in a pool: ``connections`` open now, ``connects``
+    opened and ``connect_failures`` attempts that failed since the pool was made."""
+
+    connections: int
+    connects: int
+    connect_failures: int
+
+
+@dataclass(frozen=True)
+class PoolMetrics:
+    """A snapshot of a pool (``pool.metrics``), per broker: keyed by the broker id as
+    text, or ``host:port`` for a broker known only by address (a static broker list)."""
+
+    brokers: dict[str, BrokerPoolMetrics]
 
 
 class ConnectionPool:
@@ -66,6 +85,9 @@ class ConnectionPool:
         self._locks: dict[Any, asyncio.Lock] = {}
         self._turn = itertools.count()
         self._closed = False
+        # Per broker: [connections opened, connect attempts failed] (counted on the
+        # connect path only, never per request).
+        self._counts: dict[Any, list[int]] = {}
 
     async def __aenter__(self) -> ConnectionPool:
         return self
@@ -137,6 +159,7 @@ class ConnectionPool:
         try:
             conn = await BrokerConnection.open(address, **self.connection_options)
         except KafkaConnectionError:
+            self._counts.setdefault(key, [0, 0])[1] += 1
             backoff = self._backoff.get(key)
             if backoff is None:
                 base, cap = self.reconnect_backoff_ms
@@ -150,6 +173,7 @@ class ConnectionPool:
                 delay,
             )
             raise
+        self._counts.setdefault(key, [0, 0])[0] += 1
         backoff = self._backoff.get(key)
         if backoff is not None:
             log.info("reconnected to %s after %d failures", address, backoff.failures)
@@ -159,6 +183,17 @@ class ConnectionPool:
     def _forget_failures(self, key: Any) -> None:
         self._backoff.pop(key, None)
         self._not_before.pop(key, None)
+
+    @property
+    def metrics(self) -> PoolMetrics:
+        """Open connections and connect counts per broker, as of now (a snapshot)."""
+        brokers = {}
+        for key in self._counts.keys() | self._connections.keys():
+            connects, failures = self._counts.get(key, (0, 0))
+            live = sum(not c.closed for c in self._connections.get(key, ()))
+            label = str(key) if isinstance(key, int) else f"{key[0]}:{key[1]}"
+            brokers[label] = BrokerPoolMetrics(live, connects, failures)
+        return PoolMetrics(brokers)
 
     def connections(self, address: BrokerAddress) -> list[BrokerConnection]:
         """The live connections to ``address`` (for inspection)."""

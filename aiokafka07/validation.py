@@ -170,6 +170,17 @@ def check_number(
     return number
 
 
+def check_gzip_level(codec: str, level: object) -> int | None:
+    """``compression_level``: None, or 0 to 9 when ``codec`` (the compression's name) is
+    gzip; a level with another codec is refused (snappy has no levels: it is a mistake)."""
+    level = check_optional_int("compression_level", level, minimum=0, maximum=9)
+    if level is not None and codec != "gzip":
+        raise InvalidConfigError(
+            f"compression_level applies to gzip only, and the compression is {codec}"
+        )
+    return level
+
+
 def check_optional_number(
     name: str,
     value: object,

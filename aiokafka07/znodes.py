@@ -94,6 +94,14 @@ def _decimal(text: str | None) -> int | None:
     return int(text)
 
 
+def _offset_value(path: str, value: str | None) -> int:
+    """The offset an offsets znode holds; ZooKeeperError if it holds anything else."""
+    offset = _decimal(value)
+    if offset is None:
+        raise ZooKeeperError(f"{path} holds {value!r}, not an offset")
+    return offset
+
+
 # -- paths ---------------------------------------------------------------------------
 
 
@@ -495,6 +503,11 @@ class GroupRegistry:
         else:
             await self.zookeeper.delete_own(path, session)
 
+    async def wait_released(self, topic: str, partition: str, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until nobody owns ``partition``: True once
+        its owner node is gone, False if it is still there."""
+        return await self.zookeeper.wait_deleted(self._owner_path(topic, partition), timeout)
+
     async def owner(self, topic: str, partition: str) -> str | None:
         """The thread id owning ``partition``, or None."""
         _, value = await self.zookeeper.data_if_exists(self._owner_path(topic, partition))
@@ -516,10 +529,19 @@ class GroupRegistry:
         found, value = await self.zookeeper.data_if_exists(path)
         if not found:
             return None
-        offset = _decimal(value)
-        if offset is None:
-            raise ZooKeeperError(f"{path} holds {value!r}, not an offset")
-        return offset
+        return _offset_value(path, value)
+
+    async def committed_at(self, topic: str, partition: str) -> tuple[int, int] | None:
+        """``(offset, mtime)``: the committed next offset of ``partition`` and when its
+        znode was last written (ms since the epoch, ZooKeeper's clock; 0.7's Java consumer
+        rewrites it every auto-commit interval, changed or not), or None when none was
+        committed."""
+        path = self._offset_path(topic, partition)
+        found = await self.zookeeper.data_and_mtime(path)
+        if found is None:
+            return None
+        value, mtime = found
+        return _offset_value(path, value), mtime
 
     async def commit(
         self, topic: str, partition: str, offset: int, *, session: int | None = None

@@ -591,6 +591,39 @@ class ZooKeeper:
         values = await asyncio.gather(*(self.data_if_exists(f"{base}/{name}") for name in names))
         return {name: value for name, (found, value) in zip(names, values, strict=True) if found}
 
+    async def wait_deleted(self, path: str, timeout: float) -> bool:
+        """Wait until ``path`` does not exist: True once it is gone (at once when it is
+        already), False after ``timeout`` seconds with it still there. One existence
+        watch, through the same session; raises :class:`ZooKeeperError` when ZooKeeper
+        cannot be asked."""
+        gone = asyncio.Event()
+        full_path = self.client.normalize_path(path)
+        session = self.client.session
+
+        def deleted(_server_path: str) -> None:
+            gone.set()
+
+        session.add_watch_callback(aiozk.WatchEvent.DELETED, full_path, deleted)
+        try:
+            if not await self._call(self.client.exists(path, watch=True)):
+                return True
+            try:
+                await asyncio.wait_for(gone.wait(), max(0.0, timeout))
+            except asyncio.TimeoutError:
+                return False
+            return True
+        finally:
+            session.remove_watch_callback(aiozk.WatchEvent.DELETED, full_path, deleted)
+
+    async def data_and_mtime(self, path: str) -> tuple[str | None, int] | None:
+        """``(data, mtime)``: the node's data and when it was last written (ms since the
+        epoch, by the ZooKeeper server's clock), or None when it does not exist (one read)."""
+        try:
+            data, stat = await self._call(self.client.get(path))
+        except zk_exc.NoNode:
+            return None
+        return _decode(data), int(stat.modified)
+
     async def data_if_exists(self, path: str) -> tuple[bool, str | None]:
         """``(True, data)``, or ``(False, None)`` when the node does not exist (one read)."""
         try:

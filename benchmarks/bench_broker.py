@@ -37,7 +37,7 @@ import struct
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, cast
 
 from common import load, ratios, spread, start_broker
 
@@ -80,7 +80,7 @@ class FloorServer(asyncio.Protocol):
     OTHER = struct.pack(">ihiq", 14, 0, 1, 0)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's do not subclass it
         self.transport = transport
         self.splitter = FrameSplitter(min_size=2)
 

@@ -5,14 +5,18 @@ The embedded broker runs in its own process (one core); the consumer measured ru
 (the other core), as a user's consumer process would.
 
 * **Iteration.** A backlog of ``--messages`` 100-byte uncompressed messages (one
-  partition, produced beforehand) read three ways, interleaved, ``--reps`` times (>= 5):
-  the **floor**, a minimal client on one ``BrokerConnection`` (a FETCH of ``fetch_size``
-  in flight while the answer before it is decoded into a list with the codec's
-  ``decode_messages_into``, CRCs checked, and counted: fetching and decoding, nothing
-  else); ``consumer.batches()`` (one result per fetch, counted); and ``async for record in
-  consumer.messages(...)``, touching every value. Each figure is this process's CPU time
-  (``time.process_time()``) per message, and its ratio to the floor of the same
-  repetition; also the wall-clock rates.
+  partition, produced beforehand) read four ways, interleaved, ``--reps`` times (>= 5).
+  Two floors, each the cheapest honest client doing the same work, with no component of
+  aiokafka07's beyond the codec (``common.RawFetcher``): a bare asyncio stream
+  (``asyncio.open_connection``) writing a MULTIFETCH of ``fetch_size`` as soon as the
+  answer before it is decoded with the same C decoder (``decode_messages_into``, CRCs
+  checked), reading each answer by its size prefix with ``readexactly``. The **raw
+  floor** counts each decoded list (the work of ``consumer.batches()``, one result per
+  fetch); the **raw generator floor** is that client as an async generator yielding one
+  record at a time (the work of ``async for record in consumer.messages(...)``), every
+  value touched. Each figure is this process's CPU time (``time.process_time()``) per
+  message; ``batches()`` is given as a ratio to the raw floor and ``messages()`` to the
+  raw generator floor of the same repetition; also the wall-clock rates.
 * **Pipelining.** ``--requests`` small fetches (one 100-byte message each) on one
   connection: one at a time (await each answer) against all issued at once (answers
   matched in order), ``--reps`` times in turns. Requests per second for both, and their
@@ -23,7 +27,9 @@ load average before and after. No verdict: the ratios say how far above the floo
 consumer is on this machine, now.
 
 Run: ``python benchmarks/bench_consumer.py [--messages N] [--requests N] [--reps R]
-[--json]``.
+[--loop L] [--json]``.
+
+``--loop``: the event loop(s), see ``common.on_each_loop``.
 """
 
 from __future__ import annotations
@@ -37,16 +43,29 @@ import tempfile
 import time
 from typing import Any
 
-from common import Run, load, ratios, spread, start_broker, timed
+from common import (
+    RawFetcher,
+    Run,
+    add_loop_option,
+    count_batches,
+    count_records,
+    load,
+    on_each_loop,
+    ratios,
+    spread,
+    start_broker,
+    timed,
+)
 
 from aiokafka07 import BrokerAddress, BrokerConnection, SimpleConsumer
-from aiokafka07.protocol import decode_messages_into
 
 PAYLOAD = 100
 BATCH = 1000
 TOPIC = "backlog"
 MB = 1e6
-MODES = ("floor", "messages", "batches")
+MODES = ("raw", "raw_generator", "batches", "messages")
+#: Each mode's floor: the raw client doing the same work.
+FLOOR_OF = {"batches": "raw", "messages": "raw_generator"}
 
 
 async def produce_backlog(conn: BrokerConnection, messages: int) -> int:
@@ -68,22 +87,6 @@ async def wait_visible(consumer: SimpleConsumer, end: int) -> None:
     raise RuntimeError("the backlog never became visible")
 
 
-async def read_floor(conn: BrokerConnection, fetch_size: int) -> int:
-    """The floor: one FETCH in flight while the previous answer is decoded into a list
-    (the codec's ``decode_messages_into``, CRCs checked), counted."""
-    count = offset = 0
-    pending = asyncio.ensure_future(conn.fetch(TOPIC, 0, offset, fetch_size))
-    while True:
-        answer = await pending
-        messages: list[Any] = []
-        valid = decode_messages_into(messages, answer.message_set, offset)
-        if not valid:
-            return count
-        offset += valid
-        pending = asyncio.ensure_future(conn.fetch(TOPIC, 0, offset, fetch_size))
-        count += len(messages)
-
-
 async def read_messages(consumer: SimpleConsumer) -> int:
     count = size = 0
     async for record in consumer.messages(TOPIC, 0, 0):
@@ -100,10 +103,12 @@ async def read_batches(consumer: SimpleConsumer) -> int:
 
 
 async def iteration(
-    conn: BrokerConnection, consumer: SimpleConsumer, expected: int, reps: int
+    client: RawFetcher, consumer: SimpleConsumer, expected: int, reps: int
 ) -> dict[str, Any]:
+    size = consumer.fetch_size
     readers = {
-        "floor": lambda: read_floor(conn, consumer.fetch_size),
+        "raw": lambda: count_batches(client.batches(TOPIC, [0], size)),
+        "raw_generator": lambda: count_records(client.records(TOPIC, [0], size)),
         "messages": lambda: read_messages(consumer),
         "batches": lambda: read_batches(consumer),
     }
@@ -116,14 +121,15 @@ async def iteration(
                 raise RuntimeError(f"{mode} read {run.count} messages, expected {expected}")
             runs[mode].append(run)
     figures: dict[str, Any] = {}
-    floor = [r.cpu_us for r in runs["floor"]]
     for mode in MODES:
         cpu = [r.cpu_us for r in runs[mode]]
         figures[mode] = {
             "cpu_us_per_message": spread(cpu),
             "messages_per_s": spread([r.rate for r in runs[mode]]),
         }
-        if mode != "floor":
+        if mode in FLOOR_OF:
+            floor = [r.cpu_us for r in runs[FLOOR_OF[mode]]]
+            figures[mode]["floor"] = FLOOR_OF[mode]
             figures[mode]["cpu_ratio_to_floor"] = ratios(cpu, floor)
     return figures
 
@@ -181,7 +187,11 @@ async def run(messages: int, requests: int, reps: int) -> dict[str, Any]:
                 results["backlog_bytes"] = end
                 async with SimpleConsumer("127.0.0.1", port, broker_id=0) as consumer:
                     await wait_visible(consumer, end)
-                    results["iteration"] = await iteration(conn, consumer, messages, reps)
+                    client = await RawFetcher.open(port)
+                    try:
+                        results["iteration"] = await iteration(client, consumer, messages, reps)
+                    finally:
+                        await client.close()
                 results["requests"] = await pipelining(conn, requests, reps)
             finally:
                 await conn.close()
@@ -205,15 +215,20 @@ def render(r: dict[str, Any]) -> str:
         f"interleaved repetitions, {r['cpus']} CPUs, load "
         f"{' '.join(f'{x:.2f}' for x in r['load_before'])} before, "
         f"{' '.join(f'{x:.2f}' for x in r['load_after'])} after",
-        "  CPU us/message (median), ratio to the floor of the same repetition "
+        "  CPU us/message (median), ratio to its floor in the same repetition "
         "(min..max), msgs/s (min..max)",
     ]
-    labels = {"floor": "floor", "messages": "messages()", "batches": "batches()"}
+    labels = {
+        "raw": "raw floor",
+        "raw_generator": "raw generator floor",
+        "batches": "batches() / raw floor",
+        "messages": "messages() / raw generator floor",
+    }
     for mode in MODES:
         f = r["iteration"][mode]
-        rel = "" if mode == "floor" else ratio(f["cpu_ratio_to_floor"])
+        rel = ratio(f["cpu_ratio_to_floor"]) if mode in FLOOR_OF else ""
         lines.append(
-            f"    {labels[mode]:<11} {f['cpu_us_per_message']['median']:6.3f} us  {rel:<20} "
+            f"    {labels[mode]:<33} {f['cpu_us_per_message']['median']:6.3f} us  {rel:<20} "
             f"{rate(f['messages_per_s'])} msgs/s"
         )
     q = r["requests"]
@@ -231,13 +246,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    add_loop_option(parser)
     args = parser.parse_args()
     if args.messages < BATCH:
         parser.error(f"--messages must be at least {BATCH}")
     if args.reps < 1:
         parser.error("--reps must be at least 1")
-    results = asyncio.run(run(args.messages, args.requests, args.reps))
-    print(json.dumps(results, indent=2) if args.json else render(results))
+    results = on_each_loop(args.loop, lambda: run(args.messages, args.requests, args.reps))
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print("\n\n".join(f"on {loop}:\n{render(r)}" for loop, r in results["loops"].items()))
 
 
 if __name__ == "__main__":

@@ -8,13 +8,18 @@ costs neither time nor memory in this process.
 
 * **CPU per message.** One group member reads a backlog of ``--messages`` 100-byte
   messages over 4 partitions (uncompressed, and snappy): with ``async for record in
-  consumer``, and with ``getmany()`` (counting the records of each batch). The floor is
-  ``SimpleConsumer.batches()`` over the same 4 partitions of the same broker process (one
-  task per partition, counting each batch): fetching and decoding, nothing else. The three
-  are interleaved, ``--reps`` times (>= 5); each figure is this process's CPU time
-  (``time.process_time()``) per message, and the ratio to the floor of the same
-  repetition. Printed: the medians and the spread (min..max) of the ratios, the wall-clock
-  rates, and the machine's load.
+  consumer``, and with ``getmany()`` (counting the records of each batch). The floors are
+  the cheapest honest clients doing the same work, with no component of aiokafka07's
+  beyond the codec (``common.RawFetcher``): a bare asyncio stream reading the same 4
+  partitions of the same broker process with one MULTIFETCH at a time (the next written
+  as soon as the answer before it is decoded, with the same C decoder, CRCs checked,
+  wrappers expanded); the **raw floor** counts each decoded list (``getmany()``'s work),
+  the **raw generator floor** yields one record at a time from an async generator
+  (``async for``'s work). All four are interleaved, ``--reps`` times (>= 5); each figure
+  is this process's CPU time (``time.process_time()``) per message, and the ratio of
+  ``getmany()`` to the raw floor and of ``async for`` to the raw generator floor of the
+  same repetition. Printed: the medians and the spread (min..max) of the ratios, the
+  wall-clock rates, and the machine's load.
 * **Memory.** The peak resident memory (``ru_maxrss``) of a fresh process that joins a group
   and reads a ``--memory-mb`` backlog with ``async for``, against the same process reading
   a backlog 100 times smaller (the floor, in the same run): their ratio near 1 means flat
@@ -22,13 +27,18 @@ costs neither time nor memory in this process.
 * **Rebalance.** 8 members of one group on a 64-partition topic; then, ``--reps`` times, a
   9th member joins and later leaves. Timed: from the join (the leave) until every partition
   is owned by exactly one member, each member owning its 0.7.2 share, in the members'
-  in-process assignments. Median and spread, in milliseconds: there is no floor to
-  compare with in the same run, and no verdict either.
+  in-process assignments; also the leaving member's ``close()`` alone. Median and
+  spread, in milliseconds: there is no floor to compare with in the same run, and no
+  verdict either. With ``--baseline PATH`` (a checkout of another version, e.g. ``git
+  worktree add /tmp/base REV``) the same is timed for both versions in fresh processes,
+  one repetition each in turn (alternating which goes first), and printed with the
+  ratio this / baseline per repetition.
 
 No figure is judged against a fixed number: what a machine does at one moment says little
 on another.
 
-Run: ``python benchmarks/bench_group.py [--messages N] [--memory-mb M] [--reps R] [--json]``.
+Run: ``python benchmarks/bench_group.py [--messages N] [--memory-mb M] [--reps R]
+[--baseline PATH] [--json]``.
 """
 
 from __future__ import annotations
@@ -47,9 +57,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import Run, load, ratios, spread, start_broker, timed, write_segments
+from common import (
+    RawFetcher,
+    Run,
+    count_batches,
+    count_records,
+    load,
+    ratios,
+    spread,
+    start_broker,
+    timed,
+    write_segments,
+)
 
-from aiokafka07 import SimpleConsumer
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.protocol import encode_message_set
 from aiokafka07.testing import ZooKeeperServer
@@ -60,7 +80,11 @@ MB = 1e6
 CODECS = ("none", "snappy")
 #: A read that gets nothing for this long ends (and the figure is refused).
 IDLE_MS = 30_000
-MODES = ("floor", "async_for", "getmany")
+MODES = ("raw", "raw_generator", "getmany", "async_for")
+#: Each mode's floor: the raw client doing the same work.
+FLOOR_OF = {"getmany": "raw", "async_for": "raw_generator"}
+#: The group consumer's default fetch size, which the raw client uses too.
+FETCH_SIZE = 1 << 20
 
 
 def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, codec: str) -> int:
@@ -74,21 +98,19 @@ def write_backlog(log_dir: Path, topic: str, partitions: int, messages: int, cod
     return per_partition * 1000 * partitions
 
 
-async def floor(port: int, topic: str, expected: int) -> Run:
-    async with SimpleConsumer("127.0.0.1", port, broker_id=0) as simple:
-
-        async def one(partition: int) -> int:
-            count = 0
-            async for batch in simple.batches(topic, partition, 0):
-                count += len(batch.messages)
-            return count
-
-        async def read() -> int:
-            return sum(await asyncio.gather(*(one(p) for p in range(PARTITIONS))))
-
-        run = await timed(read)
+async def raw_read(port: int, topic: str, expected: int, mode: str) -> Run:
+    """A floor: the raw client over the topic's partitions, by lists or by records."""
+    client = await RawFetcher.open(port)
+    partitions = range(PARTITIONS)
+    try:
+        if mode == "raw":
+            run = await timed(lambda: count_batches(client.batches(topic, partitions, FETCH_SIZE)))
+        else:
+            run = await timed(lambda: count_records(client.records(topic, partitions, FETCH_SIZE)))
+    finally:
+        await client.close()
     if run.count != expected:
-        raise RuntimeError(f"floor read {run.count}, expected {expected}")
+        raise RuntimeError(f"{mode} read {run.count}, expected {expected}")
     return run
 
 
@@ -139,19 +161,24 @@ async def cpu_per_message(
     for codec in CODECS:
         topic, expected = f"backlog-{codec}", topics[codec]
         runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
-        for _ in range(reps):  # interleaved: each repetition runs all three
-            runs["floor"].append(await floor(port, topic, expected))
-            for mode in MODES[1:]:
-                runs[mode].append(await group_read(connect, topic, expected, mode))
+        for rep in range(reps):  # interleaved, in a rotating order
+            shift = rep % len(MODES)
+            for mode in MODES[shift:] + MODES[:shift]:
+                if mode in FLOOR_OF:
+                    run = await group_read(connect, topic, expected, mode)
+                else:
+                    run = await raw_read(port, topic, expected, mode)
+                runs[mode].append(run)
         figures: dict[str, Any] = {}
         for mode in MODES:
             figures[mode] = {
                 "cpu_us_per_message": spread([r.cpu_us for r in runs[mode]]),
                 "messages_per_s": spread([r.count / r.wall for r in runs[mode]]),
             }
-            if mode != "floor":
+            if mode in FLOOR_OF:
+                figures[mode]["floor"] = FLOOR_OF[mode]
                 figures[mode]["cpu_ratio_to_floor"] = ratios(
-                    [r.cpu_us for r in runs[mode]], [f.cpu_us for f in runs["floor"]]
+                    [r.cpu_us for r in runs[mode]], [f.cpu_us for f in runs[FLOOR_OF[mode]]]
                 )
         results[codec] = figures
     return results
@@ -215,9 +242,9 @@ async def converged(members: list[Consumer], partitions: int, timeout: float = 3
         await asyncio.sleep(0.002)
 
 
-async def rebalances(connect: str, reps: int) -> dict[str, Any]:
+async def rebalances(connect: str, reps: int, group: str = "conv") -> dict[str, Any]:
     def new_member() -> Consumer:
-        return Consumer("wide", group="conv", zookeeper=connect, auto_commit=False)
+        return Consumer("wide", group=group, zookeeper=connect, auto_commit=False)
 
     members = [new_member() for _ in range(8)]
     began = time.perf_counter()
@@ -226,6 +253,7 @@ async def rebalances(connect: str, reps: int) -> dict[str, Any]:
     first = time.perf_counter() - began
     joins: list[float] = []
     leaves: list[float] = []
+    closes: list[float] = []
     try:
         for _ in range(reps):
             joiner = new_member()
@@ -235,17 +263,71 @@ async def rebalances(connect: str, reps: int) -> dict[str, Any]:
             joins.append(time.perf_counter() - began)
             began = time.perf_counter()
             await joiner.close()
+            closes.append(time.perf_counter() - began)
             await converged(members, 64)
             leaves.append(time.perf_counter() - began)
     finally:
         await asyncio.gather(*(m.close() for m in members))
-    return {"first_s": first, "join_s": spread(joins), "leave_s": spread(leaves)}
+    return {
+        "first_s": first,
+        "join_s": spread(joins),
+        "leave_s": spread(leaves),
+        "close_s": spread(closes),
+    }
+
+
+def rebalance_child(connect: str, group: str) -> None:
+    """(In a fresh process, maybe importing another version of aiokafka07 through
+    PYTHONPATH.) One group's first join, a 9th member's join, close and leave; JSON."""
+    logging.getLogger("aiokafka07").setLevel(logging.WARNING)
+    print(json.dumps(asyncio.run(rebalances(connect, 1, group))))
+
+
+def rebalances_against(connect: str, baseline: str, reps: int) -> dict[str, Any]:
+    """The rebalance figures of this checkout and of the aiokafka07 at ``baseline`` (a
+    checkout of another version), each repetition in fresh processes, alternating which
+    goes first; each figure's ratio (this / baseline) is taken within one repetition."""
+    sides: dict[str, list[dict[str, Any]]] = {"current": [], "baseline": []}
+    for rep in range(reps):
+        order = ("current", "baseline") if rep % 2 == 0 else ("baseline", "current")
+        for side in order:
+            env = dict(os.environ)
+            if side == "baseline":
+                env["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (baseline, env.get("PYTHONPATH")) if p
+                )
+            result = subprocess.run(
+                [sys.executable, __file__, "--rebalance-child", connect, f"ab-{side}-{rep}"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=600,
+                env=env,
+            )
+            sides[side].append(json.loads(result.stdout))
+    figures: dict[str, Any] = {"baseline_path": baseline}
+    for name in ("first_s", "join_s", "leave_s", "close_s"):
+
+        def value(run: dict[str, Any], name: str = name) -> float:
+            x = run[name]
+            return float(x["median"] if isinstance(x, dict) else x)
+
+        current = [value(r) for r in sides["current"]]
+        base = [value(r) for r in sides["baseline"]]
+        figures[name] = {
+            "current": spread(current),
+            "baseline": spread(base),
+            "current_over_baseline": ratios(current, base),
+        }
+    return figures
 
 
 # -- the whole run ----------------------------------------------------------------------
 
 
-async def run(messages: int, memory_mb: int, reps: int) -> dict[str, Any]:
+async def run(
+    messages: int, memory_mb: int, reps: int, baseline: str | None = None
+) -> dict[str, Any]:
     logging.getLogger("aiokafka07").setLevel(logging.WARNING)
     results: dict[str, Any] = {
         "messages": messages,
@@ -288,6 +370,10 @@ async def run(messages: int, memory_mb: int, reps: int) -> dict[str, Any]:
                 "large_over_small": memory["large"]["peak_rss_mb"] / memory["small"]["peak_rss_mb"],
             }
             results["rebalance"] = await rebalances(zk.connect_string, reps)
+            if baseline is not None:
+                results["rebalance_ab"] = await asyncio.to_thread(
+                    rebalances_against, zk.connect_string, baseline, reps
+                )
         finally:
             proc.terminate()
             await proc.wait()
@@ -306,12 +392,18 @@ def render(r: dict[str, Any]) -> str:
         f"{' '.join(f'{x:.2f}' for x in r['load_after'])} after"
     ]
     for codec, figures in r["cpu"].items():
-        lines.append(f"  {codec}: CPU us/message (median), ratio to the floor (min..max), rate")
+        lines.append(f"  {codec}: CPU us/message (median), ratio to its floor (min..max), rate")
+        labels = {
+            "raw": "raw floor",
+            "raw_generator": "raw generator floor",
+            "getmany": "getmany() / raw floor",
+            "async_for": "async for / raw generator floor",
+        }
         for mode in MODES:
             f = figures[mode]
-            rel = "" if mode == "floor" else "  " + ratio(f["cpu_ratio_to_floor"])
+            rel = "  " + ratio(f["cpu_ratio_to_floor"]) if mode in FLOOR_OF else ""
             lines.append(
-                f"    {mode:<10} {f['cpu_us_per_message']['median']:6.3f} us{rel:<22} "
+                f"    {labels[mode]:<32} {f['cpu_us_per_message']['median']:6.3f} us{rel:<22} "
                 f"{f['messages_per_s']['median']:>11,.0f} msgs/s"
             )
     m = r["memory"]
@@ -326,8 +418,26 @@ def render(r: dict[str, Any]) -> str:
         f"  8 members, 64 partitions: first join {b['first_s'] * 1000:.0f} ms; a 9th joins "
         f"{b['join_s']['median'] * 1000:.0f} ms ({b['join_s']['min'] * 1000:.0f}.."
         f"{b['join_s']['max'] * 1000:.0f}), leaves {b['leave_s']['median'] * 1000:.0f} ms "
-        f"({b['leave_s']['min'] * 1000:.0f}..{b['leave_s']['max'] * 1000:.0f})"
+        f"({b['leave_s']['min'] * 1000:.0f}..{b['leave_s']['max'] * 1000:.0f}), of which its "
+        f"close() {b['close_s']['median'] * 1000:.0f} ms"
     )
+    ab = r.get("rebalance_ab")
+    if ab is not None:
+        lines.append(
+            f"  against the baseline at {ab['baseline_path']} (fresh processes, alternating): "
+            "ms this / baseline, ratio (min..max)"
+        )
+        for name, label in (
+            ("first_s", "first join"),
+            ("join_s", "a 9th joins"),
+            ("leave_s", "it leaves"),
+            ("close_s", "its close()"),
+        ):
+            f = ab[name]
+            lines.append(
+                f"    {label:<12} {f['current']['median'] * 1000:7.0f} / "
+                f"{f['baseline']['median'] * 1000:7.0f}  {ratio(f['current_over_baseline'])}"
+            )
     return "\n".join(lines)
 
 
@@ -337,13 +447,25 @@ def main() -> None:
     parser.add_argument("--memory-mb", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="also time the rebalances of the aiokafka07 in this checkout of another version "
+        "(e.g. made with 'git worktree add PATH REV'), interleaved with this one's",
+    )
     parser.add_argument("--memory-child", nargs=3, metavar=("CONNECT", "TOPIC", "COUNT"))
+    parser.add_argument("--rebalance-child", nargs=2, metavar=("CONNECT", "GROUP"))
     args = parser.parse_args()
     if args.memory_child:
         connect, topic, count = args.memory_child
         memory_child(connect, topic, int(count))
         return
-    results = asyncio.run(run(args.messages, args.memory_mb, max(1, args.reps)))
+    if args.rebalance_child:
+        rebalance_child(*args.rebalance_child)
+        return
+    if args.baseline is not None and not (Path(args.baseline) / "aiokafka07").is_dir():
+        parser.error(f"--baseline {args.baseline}: no aiokafka07 package there")
+    results = asyncio.run(run(args.messages, args.memory_mb, max(1, args.reps), args.baseline))
     print(json.dumps(results, indent=2) if args.json else render(results))
 
 

@@ -2,15 +2,19 @@
 
 Workload: ``--messages`` messages of 100 B (40 random bytes, 60 filler) per run, to one
 embedded broker in its own process (its own core), static mode (``broker.list``), batches
-of 1000. Three clients send the same messages:
+of 1000. Four clients send the same messages:
 
 * **floor**: a minimal asyncio client with the same ``future = await send(value)`` shape,
   writing MULTIPRODUCE frames encoded before timing starts (same messages, same codec,
   1000 per frame); with confirm, an OFFSETS probe behind each frame whose answer resolves
   that frame's futures, without, the futures resolve once the frame is written. It is what
   any asyncio client must at least spend: a future per message and the socket work.
-* **send**: ``await producer.send(topic, value)`` per message.
-* **send_batch**: ``batch.append(value)`` until full, then ``await producer.send_batch()``.
+* **batch floor**: the same client with ``send_batch``'s shape: values appended to a list
+  until it holds 1000, then ``future = await send_batch(values)``, one future per batch
+  (and one probe per batch with confirm).
+* **send**: ``await producer.send(topic, value)`` per message, against the floor.
+* **send_batch**: ``batch.append(value)`` until full, then ``await producer.send_batch()``,
+  against the batch floor.
 
 For each codec (none, gzip, snappy) and confirm on / off, the three run interleaved, in a
 rotating order, ``--rounds`` times (>= 5), followed each time by encoding the same messages
@@ -25,7 +29,9 @@ checks that each message was delivered; at the end every topic is read back and 
 
 The script prints the ratios only, never a verdict against a fixed number.
 
-Run: ``python benchmarks/bench_producer.py [--messages N] [--rounds R] [--json]``.
+Run: ``python benchmarks/bench_producer.py [--messages N] [--rounds R] [--loop L] [--json]``.
+
+``--loop``: the event loop(s), see ``common.on_each_loop``.
 """
 
 from __future__ import annotations
@@ -41,9 +47,9 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
-from common import spread, start_broker
+from common import add_loop_option, on_each_loop, spread, start_broker
 
 from aiokafka07 import SimpleConsumer
 from aiokafka07.producer import Producer
@@ -57,7 +63,9 @@ from aiokafka07.protocol import (
 PAYLOAD = 100
 BATCH = 1000
 CODECS = ("none", "gzip", "snappy")
-VARIANTS = ("floor", "send", "send_batch")
+VARIANTS = ("floor", "batch_floor", "send", "send_batch")
+#: Each measured variant's floor: the minimal client of the same shape.
+FLOOR_OF = {"send": "floor", "send_batch": "batch_floor"}
 
 
 class FloorClient(asyncio.Protocol):
@@ -76,7 +84,7 @@ class FloorClient(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's do not subclass it
         self.transport = transport
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -99,6 +107,13 @@ class FloorClient(asyncio.Protocol):
         pending.append(future)
         if len(pending) >= BATCH:
             await self.write()
+        return future
+
+    async def send_batch(self, values: list[bytes]) -> asyncio.Future[None]:
+        """One future for a whole batch (its frame was encoded beforehand)."""
+        future = self.create_future()
+        self.pending.append(future)
+        await self.write()
         return future
 
     async def write(self) -> None:
@@ -132,7 +147,17 @@ def topic_of(variant: str, codec: str, confirm: bool) -> str:
 
 
 async def run_floor(port: int, payloads: list[bytes], codec: str, confirm: bool) -> float:
-    topic = topic_of("floor", codec, confirm)
+    return await _floor(port, payloads, codec, confirm, batched=False)
+
+
+async def run_batch_floor(port: int, payloads: list[bytes], codec: str, confirm: bool) -> float:
+    return await _floor(port, payloads, codec, confirm, batched=True)
+
+
+async def _floor(
+    port: int, payloads: list[bytes], codec: str, confirm: bool, *, batched: bool
+) -> float:
+    topic = topic_of("batch_floor" if batched else "floor", codec, confirm)
     frames = [
         encode_multiproduce_request(
             [(topic, -1, encode_message_set(payloads[i : i + BATCH], compression=codec))]
@@ -147,8 +172,18 @@ async def run_floor(port: int, payloads: list[bytes], codec: str, confirm: bool)
     try:
         started = time.process_time()
         last = None
-        for value in payloads:
-            last = await client.send(value)
+        if batched:
+            values: list[bytes] = []
+            for value in payloads:
+                values.append(value)
+                if len(values) == BATCH:
+                    last = await client.send_batch(values)
+                    values = []
+            if values:
+                last = await client.send_batch(values)
+        else:
+            for value in payloads:
+                last = await client.send(value)
         assert last is not None
         await last
         return time.process_time() - started
@@ -205,6 +240,7 @@ def check(p: Producer, messages: int) -> None:
 
 RUNNERS: dict[str, Callable[[int, list[bytes], str, bool], Coroutine[Any, Any, float]]] = {
     "floor": run_floor,
+    "batch_floor": run_batch_floor,
     "send": run_send,
     "send_batch": run_send_batch,
 }
@@ -247,14 +283,15 @@ async def run(messages: int, rounds: int) -> dict[str, Any]:
     load_after = os.getloadavg()
     results = []
     for codec, confirm in groups:
-        floor = cpu[(codec, confirm, "floor")]
         entry: dict[str, Any] = {"codec": codec, "confirm": confirm}
         encode = cpu[(codec, confirm, "encode")]
         entry["encode_ns_per_message"] = statistics.median(encode) * 1e9
         for variant in VARIANTS:
             per_message = cpu[(codec, confirm, variant)]
             entry[f"{variant}_ns_per_message"] = statistics.median(per_message) * 1e9
-            if variant != "floor":
+            if variant in FLOOR_OF:
+                floor = cpu[(codec, confirm, FLOOR_OF[variant])]
+                entry[f"{variant}_floor"] = FLOOR_OF[variant]
                 ratios = [v / f for v, f in zip(per_message, floor, strict=True)]
                 entry[f"{variant}_over_floor"] = spread(ratios)
                 # The same without the codec's work (encoding the same messages, timed
@@ -283,12 +320,13 @@ def render(r: dict[str, Any]) -> str:
         "rounds, broker in its own process",
         "load average (1/5/15 min) before: {:.2f} {:.2f} {:.2f}, after: "
         "{:.2f} {:.2f} {:.2f}".format(*r["load_before"], *r["load_after"]),
-        "ratios: median over rounds of (variant / floor of the same round), (min-max);",
-        "'less encoding': the same with the codec's own CPU (encode ns, timed in the same",
-        "round) taken out of the variant, since the floor sends pre-encoded frames",
+        "ratios: median over rounds of (variant / its floor in the same round), (min-max):",
+        "send over the floor (a future per message), send_batch over the batch floor (a",
+        "future per batch); 'less encoding': the same with the codec's own CPU (encode ns,",
+        "timed in the same round) taken out of the variant, since floors send pre-encoded frames",
         f"  {'codec':<7}{'confirm':<9}{'floor ns':>9}{'encode ns':>10}{'send ns':>9}  "
-        f"{'send / floor':<21}{'less encoding':<21}{'batch ns':>9}  "
-        f"{'send_batch / floor':<21}{'less encoding':<21}",
+        f"{'send / floor':<21}{'less encoding':<21}{'b.floor ns':>11}{'batch ns':>9}  "
+        f"{'send_batch / b.floor':<21}{'less encoding':<21}",
     ]
     for run in r["runs"]:
         lines.append(
@@ -296,6 +334,7 @@ def render(r: dict[str, Any]) -> str:
             f"{run['floor_ns_per_message']:>9.0f}{run['encode_ns_per_message']:>10.0f}"
             f"{run['send_ns_per_message']:>9.0f}  {ratio(run['send_over_floor']):<21}"
             f"{ratio(run['send_less_encoding_over_floor']):<21}"
+            f"{run['batch_floor_ns_per_message']:>11.0f}"
             f"{run['send_batch_ns_per_message']:>9.0f}  "
             f"{ratio(run['send_batch_over_floor']):<21}"
             f"{ratio(run['send_batch_less_encoding_over_floor']):<21}"
@@ -308,13 +347,17 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    add_loop_option(parser)
     args = parser.parse_args()
     if args.messages < BATCH or args.messages % BATCH:
         parser.error(f"--messages must be a positive multiple of {BATCH}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    results = asyncio.run(run(args.messages, args.rounds))
-    print(json.dumps(results, indent=2) if args.json else render(results))
+    results = on_each_loop(args.loop, lambda: run(args.messages, args.rounds))
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print("\n\n".join(f"on {loop}:\n{render(r)}" for loop, r in results["loops"].items()))
 
 
 if __name__ == "__main__":

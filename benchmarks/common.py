@@ -10,17 +10,41 @@ with the load average before and after."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import importlib.util
 import os
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from aiokafka07.broker.log import segment_file_name
+from aiokafka07.protocol import (
+    FetchRequest,
+    Message,
+    decode_messages_into,
+    decode_multifetch_response,
+    encode_multifetch_request,
+)
 from aiokafka07.testing.process import start_broker_process
 
-__all__ = ["Run", "load", "ratios", "spread", "start_broker", "timed", "write_segments"]
+__all__ = [
+    "LOOPS",
+    "RawFetcher",
+    "Run",
+    "add_loop_option",
+    "count_batches",
+    "count_records",
+    "load",
+    "on_each_loop",
+    "ratios",
+    "spread",
+    "start_broker",
+    "timed",
+    "write_segments",
+]
 
 
 async def start_broker(
@@ -100,3 +124,150 @@ def write_segments(
                 segment.write(chunk)
             sizes.append(segment.tell())
     return sizes
+
+
+class _Frames(asyncio.BufferedProtocol):
+    """Size-prefixed frames read straight into one buffer each (no stream buffer, no
+    copies): the cheapest way asyncio offers to take a large answer off a socket."""
+
+    def __init__(self) -> None:
+        self.head = bytearray(4)
+        self.body: bytearray | None = None
+        self.pos = 0
+        self.waiter: asyncio.Future[bytearray] | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's do not subclass it
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.head if self.body is None else self.body)[self.pos :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.pos += nbytes
+        if self.body is None and self.pos == 4:
+            self.body, self.pos = bytearray(int.from_bytes(self.head, "big")), 0
+        if self.body is not None and self.pos == len(self.body):
+            frame, self.body, self.pos = self.body, None, 0
+            assert self.waiter is not None, "an answer nobody asked for"
+            self.waiter.set_result(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc or ConnectionError("the broker closed the connection"))
+
+    async def request(self, frame: bytes) -> bytearray:
+        """Write ``frame``; its answer (one at a time: the floor pipelines nothing)."""
+        assert self.transport is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(frame)
+        return await self.waiter
+
+
+class RawFetcher:
+    """The consumer floors' client: the cheapest honest way to read partitions of one
+    broker from asyncio, with no component of aiokafka07's but the codec. One bare
+    connection (an ``asyncio.BufferedProtocol`` reading each answer into one buffer of
+    its size); one MULTIFETCH for every partition not yet at its end, the next one written
+    as soon as the answer before it is decoded (with the same C decoder the consumers use,
+    CRCs checked, compressed wrappers expanded). It trusts its broker: no bounds, no
+    timeouts, no retries, which a real client must have."""
+
+    def __init__(self, protocol: _Frames) -> None:
+        self.protocol = protocol
+
+    @classmethod
+    async def open(cls, port: int) -> RawFetcher:
+        loop = asyncio.get_running_loop()
+        _, protocol = await loop.create_connection(_Frames, "127.0.0.1", port)
+        return cls(protocol)
+
+    async def close(self) -> None:
+        if self.protocol.transport is not None:
+            self.protocol.transport.close()
+
+    async def batches(
+        self, topic: str, partitions: Sequence[int], max_size: int
+    ) -> AsyncIterator[list[Message]]:
+        """One decoded list per partition answer that holds messages, from offset 0 until
+        every partition's answer is empty (the end of a backlog)."""
+        offsets = dict.fromkeys(partitions, 0)
+        while offsets:
+            fetches = [FetchRequest(topic, p, offset, max_size) for p, offset in offsets.items()]
+            frame = await self.protocol.request(encode_multifetch_request(fetches))
+            # A view: the message sets are decoded where they lie, never copied.
+            answer = decode_multifetch_response(memoryview(frame), len(fetches))
+            decoded = []
+            for fetch, response in zip(fetches, answer.responses, strict=True):
+                if response.error_code:
+                    raise RuntimeError(f"fetch of {fetch} failed: {response.error_code}")
+                messages: list[Message] = []
+                valid = decode_messages_into(messages, response.message_set, fetch.offset)
+                if valid:
+                    offsets[fetch.partition] += valid
+                    decoded.append(messages)
+                else:
+                    del offsets[fetch.partition]
+            for messages in decoded:
+                yield messages
+
+    async def records(
+        self, topic: str, partitions: Sequence[int], max_size: int
+    ) -> AsyncIterator[Message]:
+        """The same, one record at a time from an async generator (the shape of
+        ``async for record in consumer``)."""
+        async for messages in self.batches(topic, partitions, max_size):
+            for message in messages:
+                yield message
+
+
+async def count_batches(batches: AsyncIterator[list[Message]]) -> int:
+    """Messages in every list (the work of a ``getmany()`` / ``batches()`` reader)."""
+    count = 0
+    async for messages in batches:
+        count += len(messages)
+    return count
+
+
+async def count_records(records: AsyncIterator[Message]) -> int:
+    """Records, every value touched (the work of an ``async for`` reader)."""
+    count = size = 0
+    async for record in records:
+        count += 1
+        size += len(record.value)
+    return count
+
+
+#: The event loops a benchmark can run on: asyncio's own, and uvloop when installed
+#: (the ``uvloop`` extra).
+LOOPS = ("asyncio", "uvloop")
+
+
+def add_loop_option(parser: argparse.ArgumentParser) -> None:
+    """``--loop``: asyncio, uvloop, or both (the default when uvloop is installed)."""
+    both = importlib.util.find_spec("uvloop") is not None
+    parser.add_argument(
+        "--loop",
+        choices=(*LOOPS, "both"),
+        default="both" if both else "asyncio",
+        help="the event loop(s) to run on, one after the other (default: both when uvloop "
+        "is installed, else asyncio)",
+    )
+
+
+def on_each_loop(
+    choice: str, main: Callable[[], Coroutine[Any, Any, dict[str, Any]]]
+) -> dict[str, Any]:
+    """Run the benchmark ``main()`` once on each chosen loop, one after the other; every
+    ratio is taken within one loop's run. Returns ``{"loops": {name: figures}}``."""
+    names = LOOPS if choice == "both" else (choice,)
+    results: dict[str, Any] = {}
+    for name in names:
+        if name == "uvloop":
+            import uvloop
+
+            results[name] = uvloop.run(main())
+        else:
+            results[name] = asyncio.run(main())
+    return {"loops": results}

@@ -16,6 +16,17 @@
     is where a new group starts, ``?limit=N`` ends the stream after N records.
 ``GET /stats``
     The producer's counters and the number of open streams.
+``GET /metrics``
+    The producer's and every open stream's consumer metrics, in the Prometheus text
+    format (:mod:`aiokafka07.prometheus`, from the app's own registry); **501** naming
+    the extra to install when ``prometheus-client`` is missing.
+``GET /healthz``
+    Liveness: the event loop turns. **200** with its lag (how long a callback queued now
+    waits to run), **503** when that is over ``max_loop_lag_ms`` (something blocks it).
+``GET /readyz``
+    Readiness: **200** once the producer is started and its ZooKeeper session is
+    connected; **503** with the reason before that, while ZooKeeper is unreachable (the
+    producer then serves its last view of the cluster) and from the start of shutdown.
 
 The application owns one :class:`~aiokafka07.Producer` for its whole life, through
 ``app.cleanup_ctx``: started before the first request, flushed and closed at shutdown
@@ -49,6 +60,7 @@ import aiohttp
 from aiohttp import web
 
 from aiokafka07 import ConsumerRecord, Producer, ProduceResult
+from aiokafka07.cluster import ZooKeeperCluster
 from aiokafka07.errors import (
     ConsumerStoppedError,
     InvalidTopicError,
@@ -63,11 +75,20 @@ from aiokafka07.errors import (
 from aiokafka07.group import Consumer
 from aiokafka07.protocol import validate_topic
 
+try:  # the prometheus extra; without it /metrics answers 501 naming it
+    import prometheus_client
+
+    import aiokafka07.prometheus
+except ImportError:
+    prometheus_client = None  # type: ignore[assignment]
+
 __all__ = ["KafkaService", "make_app", "read_events"]
 
 log = logging.getLogger("aiohttp_app")
 
 DEMO_TOPIC = "clicks"
+#: The line of /metrics the demo prints.
+METRIC_SHOWN = "aiokafka07_producer_messages_sent_total"
 
 
 class KafkaService:
@@ -82,29 +103,64 @@ class KafkaService:
         heartbeat: float,
         max_streams: int,
         delivery_timeout: float,
+        max_loop_lag_ms: float,
     ) -> None:
         self.zookeeper = zookeeper
         self.producer_options = dict(producer_options)
         self.heartbeat = heartbeat
         self.max_streams = max_streams
         self.delivery_timeout = delivery_timeout
+        self.max_loop_lag_ms = max_loop_lag_ms
         self.producer: Producer | None = None
         self.streams: set[Consumer] = set()
         self.stopping = False
         self.queued = 0
         self.delivered = 0
         self.failed = 0
+        # The app's own registry, so /metrics shows this app's clients only (several
+        # apps may live in one process, as in the tests), with one collector for them.
+        self.registry: prometheus_client.CollectorRegistry | None = None
+        self.client_metrics: aiokafka07.prometheus.ClientCollector | None = None
+        if prometheus_client is not None:
+            self.registry = prometheus_client.CollectorRegistry()
+            self.client_metrics = aiokafka07.prometheus.ClientCollector()
+            self.registry.register(self.client_metrics)
+
+    def report(self, client: Producer | Consumer) -> None:
+        """Show ``client`` in /metrics (the producer as ``producer``, a stream's consumer
+        under its consumer id) until :meth:`forget`."""
+        if self.client_metrics is not None:
+            self.client_metrics.add(client)
+
+    def forget(self, client: Producer | Consumer) -> None:
+        if self.client_metrics is not None:
+            self.client_metrics.remove(client)
+
+    def not_ready(self) -> str | None:
+        """Why the service should get no traffic now, or None when it is ready."""
+        producer = self.producer
+        if self.stopping:
+            return "shutting down"
+        if producer is None:
+            return "the producer is not started"
+        cluster = producer.cluster
+        if isinstance(cluster, ZooKeeperCluster) and not cluster.zookeeper.connected:
+            return f"no ZooKeeper connection to {cluster.zookeeper.connect}"
+        return None
 
     async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
         """``cleanup_ctx``: the producer runs from startup until after shutdown."""
         producer = Producer(zookeeper=self.zookeeper, **self.producer_options)
         await producer.start()
         self.producer = producer
+        self.report(producer)
         yield
         try:
             await producer.close()  # delivers every message still queued
         except ProducerClosedError as exc:
             log.error("shutdown: %s", exc)
+        finally:
+            self.forget(producer)
 
     async def end_streams(self, app: web.Application) -> None:
         """``on_shutdown``: close the consumer of every event stream (which commits what
@@ -130,6 +186,7 @@ def make_app(
     heartbeat: float = 15.0,
     max_streams: int = 100,
     delivery_timeout: float = 30.0,
+    max_loop_lag_ms: float = 1000.0,
 ) -> web.Application:
     """The application for the cluster at ``zookeeper`` (a ZooKeeper connect string).
 
@@ -137,7 +194,8 @@ def make_app(
     ``compression``, ``max_buffered_messages`` ...). ``heartbeat``: seconds between SSE
     keep-alive comments (which also notice browsers that left). ``max_streams``: open
     event streams allowed at once (each holds a ZooKeeper session). ``delivery_timeout``:
-    how long ``?wait=1`` waits for the broker's confirmation.
+    how long ``?wait=1`` waits for the broker's confirmation. ``max_loop_lag_ms``: the
+    event loop lag over which ``/healthz`` answers 503.
     """
     service = KafkaService(
         zookeeper,
@@ -145,6 +203,7 @@ def make_app(
         heartbeat=heartbeat,
         max_streams=max_streams,
         delivery_timeout=delivery_timeout,
+        max_loop_lag_ms=max_loop_lag_ms,
     )
     app = web.Application()
     app[SERVICE] = service
@@ -153,6 +212,9 @@ def make_app(
     app.router.add_post("/topics/{topic}", publish)
     app.router.add_get("/topics/{topic}/events", events)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     return app
 
 
@@ -262,6 +324,7 @@ async def events(request: web.Request) -> web.StreamResponse:
             await consumer.start()
         except KafkaError as exc:
             return _error(503, type(exc).__name__, f"cannot join group {group}: {exc}")
+        service.report(consumer)
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -282,6 +345,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         return response
     finally:
         service.streams.discard(consumer)
+        service.forget(consumer)
         await consumer.close()
 
 
@@ -320,6 +384,44 @@ async def stats(request: web.Request) -> web.Response:
             "streams": len(service.streams),
         }
     )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: the app's registry in the Prometheus text format."""
+    registry = request.app[SERVICE].registry
+    if prometheus_client is None or registry is None:
+        return _error(
+            501,
+            "NotInstalled",
+            "/metrics needs prometheus-client: pip install 'aiokafka07[prometheus]'",
+        )
+    return web.Response(
+        body=prometheus_client.generate_latest(registry),
+        headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """``GET /healthz``: the event loop is alive. That this handler runs shows it turns;
+    how long the loop takes to come back to it (every callback already queued runs first)
+    shows whether something blocks it. A process whose loop is stuck answers nothing,
+    and a liveness probe's timeout catches that."""
+    service = request.app[SERVICE]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await asyncio.sleep(0)
+    lag_ms = (loop.time() - began) * 1000
+    if lag_ms > service.max_loop_lag_ms:
+        return _error(503, "LoopBlocked", f"the event loop lags {lag_ms:.0f} ms")
+    return web.json_response({"status": "alive", "loop_lag_ms": round(lag_ms, 3)})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """``GET /readyz``: 200 when requests can be served, else 503 with the reason."""
+    reason = request.app[SERVICE].not_ready()
+    if reason is not None:
+        return _error(503, "NotReady", reason)
+    return web.json_response({"status": "ready"})
 
 
 # -- a client side, for the demo (and the tests) ---------------------------------------------
@@ -380,6 +482,13 @@ async def demo(zookeeper: str) -> None:
         for data in received:
             print(f"SSE message {data['partition']}@{data['offset']}: {data['value']}")
         print(f"SSE stream ended after {len(received)} messages")
+
+        async with http.get("/readyz") as answer:
+            print(f"GET /readyz -> {answer.status} {(await answer.json())['status']}")
+        async with http.get("/metrics") as answer:
+            text = await answer.text()
+        sent = [line for line in text.splitlines() if line.startswith(METRIC_SHOWN)]
+        print(f"GET /metrics -> {answer.status} {sent[0] if sent else text}")
 
         for n in range(20):  # queued, then shut down before the producer's linger is over
             async with http.post(f"/topics/{DEMO_TOPIC}", data=f"late {n}") as answer:

@@ -13,12 +13,13 @@ without ZooKeeper, or starts a process in its own body or in a fixture it uses
 from __future__ import annotations
 
 import ast
+import asyncio
 import fnmatch
 import functools
 import inspect
 import os
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -188,3 +189,15 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Kaf
     log_root: Path = tmp_path_factory.mktemp("kafka-logs")
     async with KafkaCluster(1, zookeeper=None, log_root=log_root, num_partitions=2) as running:
         yield running
+
+
+if os.environ.get("AIOKAFKA07_TEST_LOOP", "asyncio") == "uvloop":
+
+    def pytest_asyncio_loop_factories(
+        config: pytest.Config, item: pytest.Item
+    ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+        """Every async test on uvloop (``AIOKAFKA07_TEST_LOOP=uvloop``; nox session
+        ``uvloop``): the library must work on the loop an application chooses."""
+        import uvloop
+
+        return {"uvloop": uvloop.new_event_loop}

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
 from aiokafka07.protocol import FrameSplitter
+from aiokafka07.testing.hostile import LoopbackListener
 
 __all__ = ["GarbageServer", "LoopbackServer", "Reply", "frame"]
 
@@ -36,24 +37,14 @@ class Reply(NamedTuple):
 _Server = TypeVar("_Server", bound="LoopbackServer")
 
 
-class LoopbackServer:
+class LoopbackServer(LoopbackListener):
     """An asyncio server on 127.0.0.1 (an async context manager); :meth:`serve` handles
     each connection. Closing aborts every connection and waits for every handler."""
 
     def __init__(self) -> None:
-        self._server: asyncio.Server | None = None
+        self._server = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
-
-    @property
-    def host(self) -> str:
-        return "127.0.0.1"
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
 
     async def __aenter__(self: _Server) -> _Server:
         self._server = await asyncio.start_server(self._accept, self.host, 0)

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
 from aiokafka07 import SimpleConsumer, default_partition
-from aiokafka07.testing import KafkaCluster
+from aiokafka07.testing import KafkaCluster, ZooKeeperServer
 
 from .wire import eventually
 
@@ -240,3 +244,143 @@ async def test_without_brokers_a_queued_send_is_503_with_the_reason(zookeeper: s
         body = await answer.json()
         assert body["error"] == "NoBrokersError"
         assert "no live broker" in body["message"]
+
+
+# -- operations: /metrics, /healthz, /readyz -------------------------------------------------
+
+
+def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_metrics_show_the_producer_and_each_open_stream(
+    broker: KafkaCluster, zookeeper: str
+) -> None:
+    app = app_module.make_app(zookeeper, producer_options={"linger_ms": 1})
+    async with TestClient(TestServer(app)) as client:
+        for n in range(4):
+            answer = await client.post(f"/topics/{TOPIC}?wait=1&key=user-{n}", data=f"v{n}")
+            assert answer.status == 200
+        stream = await client.get(
+            f"/topics/{TOPIC}/events", params={"from": "earliest", "group": "watchers", "limit": 5}
+        )
+        events = app_module.read_events(stream)
+        assert (await anext(events))[0] == "ready"
+        offsets: dict[str, int] = {}
+        for _ in range(4):
+            message = await asyncio.wait_for(next_message(events), 20)
+            offsets[message["partition"]] = message["offset"]  # in order per partition
+
+        answer = await client.get("/metrics")
+        assert answer.status == 200
+        assert answer.headers["Content-Type"].startswith("text/plain")
+        samples = parse_metrics(await answer.text())
+        producer = {("client_id", "producer")}
+        assert samples[("aiokafka07_producer_messages_sent_total", frozenset(producer))] == 4
+        records = {
+            dict(labels)["group"]: v
+            for (name, labels), v in samples.items()
+            if name == "aiokafka07_consumer_records_total"
+        }
+        assert records == {"watchers": 4}
+        positions = {
+            f"{dict(labels)['broker']}-{dict(labels)['partition']}": v
+            for (name, labels), v in samples.items()
+            if name == "aiokafka07_consumer_position_offset"
+        }
+        # Where each partition's last record sent to the browser ends (0.7 offsets).
+        assert {p: positions[p] for p in offsets} == offsets
+
+        # The stream ends with its fifth record; its consumer leaves /metrics with it.
+        assert (await client.post(f"/topics/{TOPIC}", data=b"last")).status == 202
+        assert [e async for e in events if e[0] != "message"] == []
+        samples = parse_metrics(await (await client.get("/metrics")).text())
+        assert not [name for name, _ in samples if name.startswith("aiokafka07_consumer_")]
+        assert [name for name, _ in samples if name.startswith("aiokafka07_producer_")]
+
+        alive = await client.get("/healthz")
+        assert alive.status == 200
+        assert (await alive.json())["loop_lag_ms"] >= 0
+        ready = await client.get("/readyz")
+        assert ready.status == 200
+        assert await ready.json() == {"status": "ready"}
+
+
+async def test_healthz_is_503_while_something_blocks_the_event_loop(zookeeper: str) -> None:
+    @web.middleware
+    async def block(request: web.Request, handler: Any) -> web.StreamResponse:
+        if "X-Block" in request.headers:  # a callback that holds the loop for 0.3 s
+            asyncio.get_running_loop().call_soon(time.sleep, 0.3)
+        return cast(web.StreamResponse, await handler(request))
+
+    app = app_module.make_app(zookeeper, max_loop_lag_ms=100)
+    app.middlewares.append(block)
+    async with TestClient(TestServer(app)) as client:
+        blocked = await client.get("/healthz", headers={"X-Block": "1"})
+        assert blocked.status == 503
+        body = await blocked.json()
+        assert body["error"] == "LoopBlocked"
+        assert int(body["message"].split()[-2]) >= 300
+        assert (await client.get("/healthz")).status == 200
+
+
+def test_readyz_says_why_before_the_producer_started() -> None:
+    service = app_module.make_app("127.0.0.1:1")[app_module.SERVICE]
+    assert service.not_ready() == "the producer is not started"
+
+
+async def test_readyz_is_503_while_zookeeper_is_down_and_200_once_it_is_back() -> None:
+    server = ZooKeeperServer()
+    await asyncio.to_thread(server.start)
+    try:
+        app = app_module.make_app(server.connect_string)
+        async with TestClient(TestServer(app)) as client:
+            assert await ready_is(client, 200)
+            await asyncio.to_thread(server.stop)
+            await eventually(lambda: ready_is(client, 503), 20)
+            body = await (await client.get("/readyz")).json()
+            assert body["error"] == "NotReady"
+            assert body["message"] == f"no ZooKeeper connection to {server.connect_string}"
+            assert (await client.get("/healthz")).status == 200  # alive, not ready
+
+            await asyncio.to_thread(server.start)
+            await eventually(lambda: ready_is(client, 200), 20)
+    finally:
+        await asyncio.to_thread(server.close)
+
+
+async def ready_is(client: TestClient[Any, Any], status: int) -> bool:
+    return (await client.get("/readyz")).status == status
+
+
+def test_metrics_is_501_naming_the_extra_without_prometheus_client(zookeeper: str) -> None:
+    """Run where prometheus_client cannot be imported (hidden, as if not installed)."""
+    script = f"""
+import asyncio, importlib.util, sys
+sys.modules["prometheus_client"] = None  # import fails: as if not installed
+from aiohttp.test_utils import TestClient, TestServer
+spec = importlib.util.spec_from_file_location("app", {str(ROOT / "examples/aiohttp_app.py")!r})
+app_module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(app_module)
+
+async def main():
+    app = app_module.make_app({zookeeper!r})
+    async with TestClient(TestServer(app)) as client:
+        answer = await client.get("/metrics")
+        print(answer.status, (await answer.json())["message"])
+        print((await client.get("/readyz")).status)
+
+asyncio.run(main())
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "501 /metrics needs prometheus-client: pip install 'aiokafka07[prometheus]'",
+        "200",
+    ]

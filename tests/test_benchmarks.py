@@ -57,6 +57,22 @@ def test_codec_benchmark_reports_every_figure_and_ratio() -> None:
             assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
 
 
+def test_gzip_level_benchmark_reports_time_and_bytes_over_level_6() -> None:
+    figures = run_json("bench_gzip_level.py", "--messages", "200", "--budget", "0.2")
+    assert figures["reps"] >= 5
+    assert len(figures["load_before"]) == len(figures["load_after"]) == 3
+    assert len(figures["payloads"]) == 2
+    for payload in figures["payloads"].values():
+        levels = payload["levels"]
+        assert set(levels) == {"1", "3", "6", "9"}
+        assert levels["6"]["encode_time_over_level_6"]["median"] == 1.0
+        assert levels["1"]["wrapper_bytes"] > levels["9"]["wrapper_bytes"]
+        for figures_of_level in levels.values():
+            for ratio in ("encode_time_over_level_6", "decode_time_over_level_6"):
+                r = figures_of_level[ratio]
+                assert 0 < r["min"] <= r["median"] <= r["max"]
+
+
 def test_broker_benchmark_reports_ingest_and_serve_rates_over_its_floor() -> None:
     figures = run_json(
         "bench_broker.py", "--messages", "40000", "--connections", "2", "--reps", "2"
@@ -73,15 +89,19 @@ def test_broker_benchmark_reports_ingest_and_serve_rates_over_its_floor() -> Non
 
 def test_consumer_benchmark_reports_ratios_to_its_floor_and_request_rates() -> None:
     figures = run_json(
-        "bench_consumer.py", "--messages", "50000", "--requests", "500", "--reps", "2"
-    )
+        "bench_consumer.py", "--messages", "50000", "--requests", "500", "--reps", "2",
+        "--loop", "asyncio",
+    )["loops"]["asyncio"]  # fmt: skip
     assert figures["messages"] == 50000
     assert figures["reps"] == 2
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
     iteration = figures["iteration"]
-    for mode in ("floor", "messages", "batches"):
+    for mode in ("raw", "raw_generator", "messages", "batches"):
         assert iteration[mode]["cpu_us_per_message"]["median"] > 0
         assert iteration[mode]["messages_per_s"]["min"] > 0
+    # Each consumer path against the raw client doing the same work.
+    assert iteration["batches"]["floor"] == "raw"
+    assert iteration["messages"]["floor"] == "raw_generator"
     for mode in ("messages", "batches"):
         ratio = iteration[mode]["cpu_ratio_to_floor"]
         assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
@@ -92,12 +112,17 @@ def test_consumer_benchmark_reports_ratios_to_its_floor_and_request_rates() -> N
 
 
 def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
-    figures = run_json("bench_producer.py", "--messages", "5000", "--rounds", "2")
+    loops = run_json("bench_producer.py", "--messages", "5000", "--rounds", "2")["loops"]
+    # Both loops by default when uvloop is installed, else asyncio's alone.
+    assert set(loops) in ({"asyncio"}, {"asyncio", "uvloop"})
+    figures = loops["asyncio"]
     runs = {(r["codec"], r["confirm"]): r for r in figures["runs"]}
     assert set(runs) == {(c, k) for c in ("none", "gzip", "snappy") for k in (True, False)}
     for run in runs.values():
-        for variant in ("floor", "send", "send_batch"):
+        for variant in ("floor", "batch_floor", "send", "send_batch"):
             assert run[f"{variant}_ns_per_message"] > 0
+        # Each against the minimal client of its own shape.
+        assert (run["send_floor"], run["send_batch_floor"]) == ("floor", "batch_floor")
         assert run["encode_ns_per_message"] > 0
         for variant in ("send", "send_batch"):
             ratio = run[f"{variant}_over_floor"]
@@ -113,7 +138,10 @@ def test_group_benchmark_reports_cpu_ratios_memory_and_rebalances() -> None:
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
     for codec in ("none", "snappy"):
         cpu = figures["cpu"][codec]
-        assert cpu["floor"]["cpu_us_per_message"]["median"] > 0
+        for floor in ("raw", "raw_generator"):
+            assert cpu[floor]["cpu_us_per_message"]["median"] > 0
+        assert cpu["getmany"]["floor"] == "raw"
+        assert cpu["async_for"]["floor"] == "raw_generator"
         for mode in ("async_for", "getmany"):
             ratio = cpu[mode]["cpu_ratio_to_floor"]
             assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
@@ -174,3 +202,16 @@ def test_bridge_benchmark_reports_ratios_to_both_floors() -> None:
         assert figures[name]["min"] <= figures[name]["median"] <= figures[name]["max"]
         assert figures[name]["median"] > 0
     assert set(figures["rates"]) == {"read_floor", "produce_floor", "bridge"}
+
+
+def test_exporter_benchmark_reports_scrape_floor_and_ratio() -> None:
+    figures = run_json(
+        "bench_exporter.py", "--partitions", "5", "--topics", "2", "--groups", "3",
+        "--rounds", "2",
+    )  # fmt: skip
+    assert figures["broker_partitions"] == 20
+    assert figures["samples"] > 20
+    for name in ("scrape_s", "floor_s", "http_s", "scrape_over_floor"):
+        assert set(figures[name]) == {"median", "min", "max"}
+        assert figures[name]["median"] > 0
+    assert figures["refresh_s"] > 0

@@ -18,7 +18,7 @@ from typing import Any
 from aiokafka07 import Producer
 from aiokafka07.connection import BrokerConnection
 from aiokafka07.partitioner import java_partition_index, java_string_hash
-from aiokafka07.protocol import Compression, decode_message_set
+from aiokafka07.protocol import Compression, decode_message_set, encode_message_set, gzip_compress
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.zookeeper import ZooKeeper
 
@@ -349,3 +349,26 @@ async def test_a_topic_created_while_consuming_is_printed_from_its_first_message
         code, out, err = await stop_cli(proc, signal.SIGINT)
         assert code == 0, err
         assert lines + out.splitlines(keepends=True) == [b"first\n", b"second\n"]
+
+
+async def test_console_producer_compression_level(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """``--compression-level`` is gzip's: the stored wrapper is deflated at that level;
+    with another codec it is a usage error (exit 2) and nothing is sent."""
+    lines = [f"a line of text to deflate, number {i}" for i in range(20)]
+    async with kafka_cluster(1, num_partitions=1) as cluster:
+        zk = ["--zookeeper", zookeeper]
+        code, _, err = await run_cli(
+            "produce", "lvl", *zk, "--compression", "snappy", "--compression-level", "1",
+            stdin=b"x\n",
+        )  # fmt: skip
+        assert code == 2, err
+        assert "--compression-level is gzip's" in err
+        await ok("produce", "lvl", *zk, "--compression", "gzip", "--compression-level", "1",
+                 "--batch-size", "100", stdin="\n".join(lines).encode())  # fmt: skip
+        async with await BrokerConnection.open(address_of(cluster, 0)) as conn:
+            response = await conn.fetch("lvl", 0, 0, 1 << 20)
+        (wrapper,) = decode_message_set(response.message_set, shallow=True).messages
+        inner = encode_message_set([line.encode() for line in lines])
+        assert wrapper.value == gzip_compress(inner, 1) != gzip_compress(inner)

@@ -17,7 +17,9 @@ from aiokafka07.errors import CompressionError, UnknownCodecError
 from aiokafka07.protocol import (
     Compression,
     compress,
+    decode_message_set,
     decompress,
+    encode_message_set,
     gzip_compress,
     gzip_decompress,
     snappy_compress,
@@ -227,3 +229,36 @@ def test_generic_compress_roundtrip() -> None:
             decompress(codec, compress(codec, b"payload" * 10), max_size=69)
     with pytest.raises(UnknownCodecError):
         decompress_buffer(3, b"x")
+
+
+def test_gzip_level_is_zlibs_and_6_is_javas() -> None:
+    """Every level writes one member 0.7.2 reads; the default is level 6, byte for byte
+    what Java's GZIPOutputStream writes; a level changes the deflate data only."""
+    data = b"hello kafka, hello level " * 400
+    assert gzip_compress(data) == gzip_compress(data, 6) == compress("gzip", data, level=None)
+    sizes = {}
+    for level in range(10):
+        out = compress("gzip", data, level=level)
+        deflater = zlib.compressobj(level, zlib.DEFLATED, -15)
+        assert out[10:-8] == deflater.compress(data) + deflater.flush()
+        assert out[:10] == gzip_compress(data)[:10]
+        assert gzip_decompress(out) == data
+        sizes[level] = len(out)
+    assert sizes[0] > sizes[1] > sizes[9]
+
+
+@pytest.mark.parametrize("level", [-1, 10, True, 1.0, "1"])
+def test_gzip_level_out_of_range_is_refused(level: object) -> None:
+    with pytest.raises(ValueError, match="0 to 9"):
+        gzip_compress(b"x", level)  # type: ignore[arg-type]
+
+
+def test_a_level_with_another_codec_is_refused() -> None:
+    with pytest.raises(ValueError, match="snappy has no compression levels"):
+        compress("snappy", b"x", level=1)
+    with pytest.raises(ValueError, match="needs gzip"):
+        encode_message_set([b"x"], compression_level=1)
+    wrapper = encode_message_set([b"x" * 500], compression="gzip", compression_level=1)
+    (message,) = decode_message_set(wrapper, shallow=True).messages
+    inner = encode_message_set([b"x" * 500])
+    assert message.value == gzip_compress(inner, 1) != gzip_compress(inner)

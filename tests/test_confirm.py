@@ -271,3 +271,35 @@ async def test_console_producer_exits_non_zero_naming_the_drop(
         assert "max.message.size" in line
         assert "produced" not in err
         assert all_values(await read_logs(cluster, "big")) == [b"small"]
+
+
+async def test_a_prepared_confirmed_produce_is_read_once(
+    cluster: KafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The producer's path (prepare_confirm, then submit_produce) reads the frame's
+    entries once: the checks, the flow-control size and the ledger share that reading.
+    A frame submitted without preparing is read once too."""
+    import aiokafka07.confirm as confirm_module
+
+    reads: list[bytes] = []
+    real = confirm_module.produce_entries
+
+    def counted(frame: bytes) -> Any:
+        reads.append(frame)
+        return real(frame)
+
+    monkeypatch.setattr(confirm_module, "produce_entries", counted)
+    conn = await connect(cluster)
+    try:
+        prepared = encode_multiproduce_request(
+            [("once", -1, encode_message_set([b"a"])), ("once", 0, encode_message_set([b"b"]))]
+        )
+        await conn.prepare_confirm(prepared)
+        plain = produce("once", 0, b"c")
+        results = await outcomes(
+            [conn.submit_produce(prepared, confirm=True), conn.submit_produce(plain, confirm=True)]
+        )
+        assert all(isinstance(r, int) for r in results), results
+        assert reads == [prepared, plain]
+    finally:
+        await conn.close()

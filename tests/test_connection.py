@@ -1079,3 +1079,28 @@ def test_random_bytes_end_in_typed_errors_only(data: bytes, fetch: bool) -> None
             await outcome(conn.close(), 2)
 
     asyncio.run(scenario())
+
+
+def test_the_client_works_on_uvloop() -> None:
+    """On uvloop (whose transports are not asyncio.Transport subclasses) a producer,
+    a connection and a SimpleConsumer work as on asyncio's loop: confirmed produce,
+    pipelined fetches, offsets. (The uvloop nox session runs the whole client there.)"""
+    uvloop = pytest.importorskip("uvloop")
+    from aiokafka07 import Producer, SimpleConsumer
+
+    async def main() -> list[bytes]:
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        async with KafkaCluster(1) as cluster:
+            async with Producer(brokers=cluster.broker_list) as producer:
+                futures = [await producer.send("uv", b"m%d" % i) for i in range(50)]
+                await asyncio.gather(*futures)
+            broker = cluster.broker(0)
+            async with SimpleConsumer(broker.host, broker.port) as consumer:
+                values: list[bytes] = []
+                async for batch in consumer.batches("uv", 0, 0):
+                    values += [m.value for m in batch.messages]
+                    if len(values) >= 50:
+                        break
+                return values
+
+    assert uvloop.run(main()) == [b"m%d" % i for i in range(50)]

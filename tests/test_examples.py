@@ -165,6 +165,12 @@ def check_aiohttp_app(lines: list[str]) -> None:
         assert where == candidates[default_partition(user, 4)]
         assert confirmed.get(user, where) == where
     assert "SSE stream ended after 6 messages" in lines
+    assert "GET /readyz -> 200 ready" in lines
+    sent = next(line for line in lines if line.startswith("GET /metrics -> "))
+    metric = r'aiokafka07_producer_messages_sent_total\{client_id="producer"\} (\d+)\.0'
+    match = re.fullmatch(r"GET /metrics -> 200 " + metric, sent)
+    assert match is not None, sent
+    assert 3 <= int(match[1]) <= 6  # the three confirmed ones at least, of six accepted
     unsent = re.fullmatch(
         r"queued 20 more; shutting down with (\d+) messages not yet delivered", lines[-2]
     )

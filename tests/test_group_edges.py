@@ -379,3 +379,47 @@ async def test_consumption_resumes_at_once_when_zookeeper_returns(
             await producing.stop()
         await leave(members, timed)
         await asyncio.to_thread(server.close)
+
+
+# -- a partition still owned by another member ---------------------------------------------------
+
+
+async def test_a_claim_lost_to_another_owner_is_retried_as_soon_as_it_is_released(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """A member whose claim meets another member's owner node waits for that node to go
+    (a ZooKeeper watch) instead of sleeping out its whole ``rebalance_backoff_ms``: with a
+    10 s backoff and the node released 0.3 s after the conflict, the member owns the
+    partition within a few seconds (sleeping out the backoff takes at least 8). A node
+    that never goes is still waited for only up to the backoff, then the attempt is
+    repeated."""
+    async with running_cluster(kafka_cluster, zookeeper, 1, 1) as (_, producer, zk):
+        await produce(producer, TOPIC, [(0, 0)], 1, "w")
+        await wait_registered(zk, TOPIC, {0: 1})
+        other = GroupRegistry(zk, "g")
+        assert await other.claim(TOPIC, "0-0", "g_java-0", session=zk.session_id)
+        consumer = member(zookeeper, rebalance_backoff_ms=10_000, rebalance_max_retries=4)
+        started = time.monotonic()
+        starting = asyncio.create_task(consumer.start())
+        try:
+
+            async def conflicted() -> bool:
+                return bool(await zk.exists(f"/consumers/g/ids/{consumer.consumer_id}"))
+
+            await eventually(conflicted, 15)
+            await asyncio.sleep(0.3)
+            await other.release(TOPIC, "0-0", session=zk.session_id)
+            released = time.monotonic()
+
+            async def owned() -> bool:
+                return {tp.name for tp in consumer.assignment()} == {"0-0"}
+
+            await eventually(owned, 15)
+            assert time.monotonic() - released < 6, "the member slept out its backoff"
+            assert await other.owner(TOPIC, "0-0") == f"{consumer.consumer_id}-0"
+            await asyncio.wait_for(starting, 15)
+            assert time.monotonic() - started < 15
+        finally:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            await consumer.close()

@@ -12,6 +12,7 @@ import pytest
 
 from aiokafka07 import SimpleConsumer
 from aiokafka07.errors import (
+    InvalidConfigError,
     MessageTooLargeError,
     ProduceNotConfirmedError,
     ProducerClosedError,
@@ -20,7 +21,7 @@ from aiokafka07.errors import (
 from aiokafka07.partitioner import java_hash_code, java_partition_index
 from aiokafka07.producer import Producer
 from aiokafka07.producer.legacy import SEND_BATCH_OF_VALUES
-from aiokafka07.protocol import decode_message_set
+from aiokafka07.protocol import decode_message_set, encode_message_set, gzip_compress
 from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
 from aiokafka07.zookeeper import ZooKeeper
 
@@ -602,3 +603,30 @@ async def test_batching_recovers_after_a_broker_crash_and_restart(
         crash_batches, crash_requests = await send(30_000, crash_at=5_000)
         assert crash_batches <= 1.5 * batches, (crash_batches, batches)
         assert crash_requests <= 3 * requests, (crash_requests, requests)
+
+
+async def test_gzip_compression_level_is_used_and_checked(kafka_cluster: Any) -> None:
+    """The wrappers a producer writes with ``compression_level`` are deflated at that
+    level (the stored payload is gzip_compress(inner set, level)); a level is gzip's
+    only, 0 to 9, refused at construction otherwise."""
+    for bad in (10, -1, True):
+        with pytest.raises(InvalidConfigError, match="compression_level"):
+            Producer(brokers="0:127.0.0.1:1", compression="gzip", compression_level=bad)
+    with pytest.raises(InvalidConfigError, match=r"gzip only.*snappy"):
+        Producer(brokers="0:127.0.0.1:1", compression="snappy", compression_level=1)
+    with pytest.raises(InvalidConfigError, match=r"gzip only.*none"):
+        Producer(brokers="0:127.0.0.1:1", compression_level=1)
+    values = [b"level one, a little bigger %d " % i * 4 for i in range(40)]
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        for topic, level in (("level-1", 1), ("level-default", None)):
+            async with Producer(
+                brokers=cluster.broker_list, compression="gzip", compression_level=level
+            ) as p:
+                batch = p.create_batch()
+                for value in values:
+                    assert batch.append(value) is not None
+                await (await p.send_batch(batch, topic, partition=(0, 0)))  # one wrapper
+            (wrapper,) = await shallow_log(cluster, topic, 0)
+            inner = encode_message_set(values)
+            assert wrapper.value == gzip_compress(inner, 6 if level is None else level)
+        assert all_values(await read_logs(cluster, "level-1")) == values

@@ -444,3 +444,72 @@ def test_splitter_collects_large_frames_the_same_however_bytes_arrive(
         assert error.value.position == len(stream)
     else:
         assert splitter.buffered == 0
+
+
+# -- BatchBuilder.append: the C appender and its pure twin --------------------------------------
+
+_APPENDS = st.lists(
+    st.tuples(
+        st.one_of(
+            st.binary(max_size=40),
+            st.text(max_size=10),
+            st.integers(),
+            st.builds(bytearray, st.binary(max_size=10)),
+        ),
+        st.sampled_from([None, None, None, "k", 0]),  # key
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150)
+@given(
+    appends=_APPENDS,
+    max_count=st.integers(1, 30),
+    max_bytes=st.integers(1, 200),
+    max_message=st.integers(0, 50),
+    serializer=st.sampled_from([None, lambda v: repr(v).encode()]),
+    close_at=st.integers(0, 45),
+)
+def test_batch_builder_twins_agree(
+    appends: list[tuple[Any, Any]],
+    max_count: int,
+    max_bytes: int,
+    max_message: int,
+    serializer: Any,
+    close_at: int,
+) -> None:
+    """The C ``append`` (when built) and the pure twin return the same positions, refuse
+    the same messages with the same errors, and end with the same values and size."""
+    from aiokafka07.producer.batch import BatchBuilder, pure_batch_builder
+
+    builders = [
+        cls(
+            max_count=max_count,
+            max_bytes=max_bytes,
+            max_message_size=max_message,
+            serializer=serializer,
+        )
+        for cls in (BatchBuilder, pure_batch_builder())
+    ]
+    outcomes: list[list[Any]] = [[], []]
+    for n, (value, key) in enumerate(appends):
+        for builder, seen in zip(builders, outcomes, strict=True):
+            if n == close_at:
+                builder.close()
+            try:
+                if key is None:
+                    seen.append(builder.append(value))
+                else:
+                    seen.append(builder.append(value, key=key))
+            except Exception as exc:
+                seen.append((type(exc), str(exc)))
+    assert outcomes[0] == outcomes[1]
+    c, pure = builders
+    assert (c.values, c.size_bytes, c.record_count(), len(c), c.closed) == (
+        pure.values,
+        pure.size_bytes,
+        pure.record_count(),
+        len(pure),
+        pure.closed,
+    )

@@ -55,7 +55,7 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 
 #: Optional extras, by the top-level module a block would import.
-EXTRAS = {"pyspark": "spark", "aiohttp": "examples"}
+EXTRAS = {"pyspark": "spark", "aiohttp": "examples", "prometheus_client": "prometheus"}
 #: Per block (Spark starts a JVM).
 TIMEOUT = 240
 #: The port a ``python serve`` block listens on as written.

@@ -206,3 +206,14 @@ def test_allot_shares_a_budget_evenly_and_passes_on_what_is_not_needed() -> None
     shares = allot({"a": 500, "b": 500, "c": 500}, 100)
     assert sum(shares.values()) <= 100
     assert set(shares.values()) == {33}
+
+
+def test_write_compression_level_is_gzips() -> None:
+    gzip = {**ZK, "topic": "t", "compression": "gzip"}
+    assert WriteOptions.parse(gzip).compression_level is None
+    assert WriteOptions.parse({**gzip, "compressionLevel": "1"}).compression_level == 1
+    for bad in ("10", "-1"):
+        with pytest.raises(OptionError, match="'compressionLevel'"):
+            WriteOptions.parse({**gzip, "compressionLevel": bad})
+    with pytest.raises(OptionError, match=r"'compressionLevel' is gzip's.*snappy"):
+        WriteOptions.parse({**ZK, "compression": "snappy", "compressionLevel": "1"})

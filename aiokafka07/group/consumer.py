@@ -40,7 +40,7 @@ from typing import Any, Literal, overload
 from ..backoff import Backoff
 from ..errors import ConsumerStoppedError, IllegalStateError, InvalidConfigError
 from ..fetch_size import decompression_bound
-from ..pool import ConnectionPool
+from ..pool import ConnectionPool, PoolMetrics
 from ..protocol import EARLIEST, LATEST, validate_topic
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
@@ -326,7 +326,10 @@ class Consumer:
             policy=CrashPolicy.RESTART,
             on_crash=coordinator_crashed,
             on_give_up=self._delivery.fail,
-            backoff=Backoff(self._coordinator.settings.rebalance_backoff, 5.0),
+            backoff=Backoff(
+                self._coordinator.settings.rebalance_backoff,
+                max(self._coordinator.settings.rebalance_backoff, 5.0),
+            ),
         )
         if self.auto_commit and self.group is not None:
             self._supervisor.spawn(
@@ -910,6 +913,12 @@ class Consumer:
             commit_failures=coordinator.commit_failures,
             session_expiries=coordinator.session_expiries,
         )
+
+    @property
+    def pool_metrics(self) -> PoolMetrics:
+        """The broker connections' counters, as of now (a snapshot of the member's
+        :class:`~aiokafka07.ConnectionPool`)."""
+        return self._pool.metrics
 
     def _wake_fetchers(self) -> None:
         self._fetchers.wake()

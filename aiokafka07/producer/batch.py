@@ -12,9 +12,10 @@ built by the caller (:meth:`Producer.create_batch` / :meth:`Producer.send_batch`
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfigError, MessageTooLargeError
 
@@ -179,26 +180,54 @@ class Batch:
         return part
 
 
-class BatchBuilder:
-    """Messages collected by the caller, sent as one message set by
-    :meth:`Producer.send_batch` (aiokafka's ``create_batch`` / ``send_batch`` shape).
+class _PureAppender:
+    """The pure-Python twin of the C ``Appender`` (``_appender.c``): the fields
+    :class:`BatchBuilder` keeps, and ``append`` as the full check in ``_append_slow``."""
 
-    :meth:`append` takes a value (serialised with the producer's ``value_serializer``)
-    and returns its position in the batch, or None once the batch is full (``batch_size``
-    messages or ``batch_bytes`` of payload, as the producer's own batches). 0.7 messages
-    carry no key and no timestamp: the key given to :meth:`Producer.send_batch` routes the
-    whole batch, so ``append`` refuses them rather than drop them silently.
-    """
+    __slots__ = ("_limit", "_max_bytes", "_max_message", "_plain", "size_bytes", "values")
 
-    __slots__ = (
-        "_closed",
-        "_max_bytes",
-        "_max_count",
-        "_max_message",
-        "_serialize",
-        "size_bytes",
-        "values",
-    )
+    _limit: int
+    _max_bytes: int
+    _max_message: int
+    _plain: bool
+    size_bytes: int
+    values: list[bytes]
+
+    def append(self, value: Any, *, key: Any = None, timestamp: Any = None) -> int | None:
+        """Add a message; its position, or None if the batch is full (or closed)."""
+        return self._append_slow(value, key=key, timestamp=timestamp)
+
+    def _append_slow(self, value: Any, *, key: Any = None, timestamp: Any = None) -> int | None:
+        raise NotImplementedError
+
+
+def _appender_base() -> type[_PureAppender]:
+    """The C ``Appender`` when it was built (and ``AIOKAFKA07_PURE`` is not set), else
+    the pure-Python twin: chosen once, at import, as the codec's accelerator is."""
+    if os.environ.get("AIOKAFKA07_PURE", "") not in ("", "0"):
+        return _PureAppender
+    try:
+        from ._appender import Appender  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # not built (no compiler at install time)
+        return _PureAppender
+    return Appender  # type: ignore[no-any-return,unused-ignore]
+
+
+class _BatchBuilderMethods:
+    """What :class:`BatchBuilder` adds to its appender (kept apart so the tests can build
+    the same class on the pure twin: :func:`pure_batch_builder`)."""
+
+    if not TYPE_CHECKING:  # (its subclasses hold the fields; a type checker sees them here)
+        __slots__ = ()
+
+    _limit: int
+    _max_bytes: int
+    _max_message: int
+    _plain: bool
+    _closed: bool
+    _serialize: Callable[[Any], bytes] | None
+    size_bytes: int
+    values: list[bytes]
 
     def __init__(
         self,
@@ -208,38 +237,44 @@ class BatchBuilder:
         max_message_size: int,
         serializer: Callable[[Any], bytes] | None,
     ) -> None:
-        self._max_count = max_count
+        #: Appends refused from this many messages on (0 once closed).
+        self._limit = max_count
         self._max_bytes = max_bytes
         self._max_message = max_message_size
         self._serialize = serializer
+        self._plain = serializer is None
         self._closed = False
         #: Payload bytes appended so far.
         self.size_bytes = 0
         #: The payloads appended so far, in order.
-        self.values: list[bytes] = []
+        self.values = []
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def append(self, value: Any, *, key: Any = None, timestamp: Any = None) -> int | None:
-        """Add a message; its position, or None if the batch is full (or closed)."""
+    def _append_slow(self, value: Any, *, key: Any = None, timestamp: Any = None) -> int | None:
+        """``append`` with every check: all of it in the pure twin; in C only what the
+        C path does not take (keywords, a value to serialise, an oversized one)."""
         if key is not None or timestamp is not None:
             raise InvalidConfigError(
                 "a 0.7 message has no key or timestamp: pass key= to send_batch() to route "
                 "the batch"
             )
         values = self.values
-        if self._closed or len(values) >= self._max_count:
+        count = len(values)
+        if count >= self._limit:
             return None
         if type(value) is not bytes or self._serialize is not None:
             value = serialize(value, self._serialize)
         size = len(value)
-        check_message_size(size, self._max_message)
-        if values and self.size_bytes + size > self._max_bytes:
+        if size > self._max_message:
+            check_message_size(size, self._max_message)
+        total = self.size_bytes + size
+        if total > self._max_bytes and count:
             return None
         values.append(value)
-        self.size_bytes += size
-        return len(values) - 1
+        self.size_bytes = total
+        return count
 
     def record_count(self) -> int:
         """Messages appended."""
@@ -252,10 +287,43 @@ class BatchBuilder:
     def close(self) -> None:
         """Refuse further appends (:meth:`Producer.send_batch` closes it too)."""
         self._closed = True
+        self._limit = 0
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+if TYPE_CHECKING:
+    _Appender = _PureAppender
+else:
+    _Appender = _appender_base()
+
+
+class BatchBuilder(_BatchBuilderMethods, _Appender):
+    """Messages collected by the caller, sent as one message set by
+    :meth:`Producer.send_batch` (aiokafka's ``create_batch`` / ``send_batch`` shape).
+
+    :meth:`append` takes a value (serialised with the producer's ``value_serializer``)
+    and returns its position in the batch, or None once the batch is full (``batch_size``
+    messages or ``batch_bytes`` of payload, as the producer's own batches). 0.7 messages
+    carry no key and no timestamp: the key given to :meth:`Producer.send_batch` routes the
+    whole batch, so ``append`` refuses them rather than drop them silently. ``append`` is
+    the hot path of ``send_batch``: plain bytes are appended in C when the accelerator was
+    built.
+    """
+
+    __slots__ = ("_closed", "_serialize")
+
+
+def pure_batch_builder() -> type[BatchBuilder]:
+    """:class:`BatchBuilder` on the pure-Python appender whatever was built (for tests
+    that hold the two twins to one contract)."""
+
+    class PureBatchBuilder(_BatchBuilderMethods, _PureAppender):
+        __slots__ = ("_closed", "_serialize")
+
+    return PureBatchBuilder  # type: ignore[return-value]
 
 
 def check_message_size(size: int, max_message_size: int) -> None:

@@ -32,10 +32,13 @@ class MessageSetEncoder:
         compression: Compression,
         compressed_topics: frozenset[str] | None,
         max_message_size: int,
+        compression_level: int | None = None,
     ) -> None:
         self.compression = compression
         self.compressed_topics = compressed_topics
         self.max_message_size = max_message_size
+        #: gzip's level (None: the codec's default).
+        self.compression_level = compression_level
 
     def compresses(self, topic: str) -> bool:
         return self.compression is not Compression.NONE and (
@@ -62,7 +65,7 @@ class MessageSetEncoder:
 
     def _compressed(self, payloads: list[bytes]) -> list[bytes]:
         plain = encode_message_set(payloads)
-        wrapper = encode_wrapper(self.compression, plain)
+        wrapper = encode_wrapper(self.compression, plain, level=self.compression_level)
         if len(wrapper) - entry_size(0) <= self.max_message_size:
             return [wrapper]
         if len(payloads) == 1:

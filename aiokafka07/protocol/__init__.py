@@ -5,6 +5,7 @@ Spec: PROTOCOL.md (sections are cited in each module).
 """
 
 from .compression import (
+    GZIP_DEFAULT_LEVEL,
     Compression,
     compress,
     decompress,
@@ -59,6 +60,7 @@ from .responses import (
 
 __all__ = [
     "EARLIEST",
+    "GZIP_DEFAULT_LEVEL",
     "LATEST",
     "MAX_REQUEST_SIZE",
     "Compression",

@@ -50,7 +50,9 @@ from ..errors import CompressionError, UnknownCodecError
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED",
+    "GZIP_DEFAULT_LEVEL",
     "Compression",
+    "check_compression_level",
     "compress",
     "decompress",
     "gzip_compress",
@@ -130,9 +132,26 @@ def _check_bound(max_size: int) -> None:
 # -- gzip ------------------------------------------------------------------------------------
 
 
-def gzip_compress(data: Any) -> bytes:
-    """One gzip member, identical to what Java's GZIPOutputStream writes for ``data``."""
-    deflater = zlib.compressobj(6, zlib.DEFLATED, -15)
+#: zlib's level when none is chosen: 6, the level of Java's ``Deflater.DEFAULT_COMPRESSION``,
+#: so a set is byte for byte what the 0.7.2 Java producer writes. 0.7.2 reads a member of
+#: any level (it inflates; the level is not in the data it checks).
+GZIP_DEFAULT_LEVEL = 6
+
+
+def check_compression_level(level: Any) -> int:
+    """``level`` as a gzip level (0, stored, to 9, smallest; None: the default), or
+    ``ValueError`` saying what is allowed."""
+    if level is None:
+        return GZIP_DEFAULT_LEVEL
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
+        raise ValueError(f"a gzip compression level is an int from 0 to 9, not {level!r}")
+    return level
+
+
+def gzip_compress(data: Any, level: int = GZIP_DEFAULT_LEVEL) -> bytes:
+    """One gzip member of ``data`` at zlib ``level`` (0 to 9). At the default level it is
+    identical to what Java's GZIPOutputStream writes; any level is read by 0.7.2."""
+    deflater = zlib.compressobj(check_compression_level(level), zlib.DEFLATED, -15)
     body = deflater.compress(data) + deflater.flush()
     trailer = _GZIP_TRAILER.pack(zlib.crc32(data), len(memoryview(data).cast("B")) & 0xFFFFFFFF)
     return b"".join((_GZIP_HEADER, body, trailer))
@@ -373,11 +392,14 @@ def snappy_decompress(data: Any, max_size: int = DEFAULT_MAX_DECOMPRESSED) -> by
 # -- any codec -------------------------------------------------------------------------------
 
 
-def compress(codec: Compression | int | str, data: Any) -> bytes:
-    """Compress ``data`` with a 0.7 codec (``NONE`` returns it unchanged as bytes)."""
+def compress(codec: Compression | int | str, data: Any, *, level: int | None = None) -> bytes:
+    """Compress ``data`` with a 0.7 codec (``NONE`` returns it unchanged as bytes).
+    ``level`` is gzip's (0 to 9, None: :data:`GZIP_DEFAULT_LEVEL`); snappy has no levels."""
     codec = Compression.parse(codec)
     if codec is Compression.GZIP:
-        return gzip_compress(data)
+        return gzip_compress(data, check_compression_level(level))
+    if level is not None:
+        raise ValueError(f"{codec.name.lower()} has no compression levels (gzip has)")
     if codec is Compression.SNAPPY:
         return snappy_compress(data)
     return bytes(data)

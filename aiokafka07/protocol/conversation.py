@@ -11,7 +11,10 @@ the caller owns the socket, the clock and the futures. The rules it enforces:
 * **The confirm probe.** 0.7 never acknowledges a produce. :meth:`Conversation.send_produce`
   with ``confirm=True`` queues an OFFSETS request (latest offset, of the last partition the
   produce wrote; partition 0 for -1, since OFFSETS refuses -1) right behind the produce;
-  its answer proves the broker processed the produce.
+  its answer proves the broker processed the produce, not that it wrote it: 0.7.2 drops a
+  message over ``max.message.size`` while processing it. Proof of writing needs the log
+  ends before and after, which :mod:`aiokafka07.confirm` keeps per connection (the
+  library's confirm mode uses that, not this probe).
 * **Write order is call order.** Every ``send_*`` call queues synchronously, and
   :meth:`Conversation.data_to_send` hands frames out in the order they were queued. A
   caller that needs requests written in a given order (a producer keeping a partition's

@@ -152,30 +152,38 @@ def encode_message_set(
     *,
     compression: Compression | int | str | None = Compression.NONE,
     magic: int = 1,
+    compression_level: int | None = None,
 ) -> bytes:
     """Encode payloads as a message set.
 
     Uncompressed: one entry per payload. Compressed: one magic-1 wrapper holding all
     payloads as a message set, as the Java producer builds it (§8.1); no payloads give an
-    empty set, never a wrapper around nothing.
+    empty set, never a wrapper around nothing. ``compression_level`` is gzip's (see
+    :func:`encode_wrapper`).
     """
     codec = Compression.parse(compression)
     if codec is Compression.NONE:
+        if compression_level is not None:
+            raise ValueError("a compression level needs gzip compression")
         return bytes(_accel.impl.encode_message_set(payloads, magic, 0))
     if magic != 1:
         raise ValueError("compressed messages need magic 1")
     inner = _accel.impl.encode_message_set(payloads, 1, 0)
     if not inner:
         return b""
-    return encode_wrapper(codec, inner)
+    return encode_wrapper(codec, inner, level=compression_level)
 
 
-def encode_wrapper(compression: Compression | int | str, message_set: BytesLike) -> bytes:
-    """One compressed wrapper entry around an already encoded message set."""
+def encode_wrapper(
+    compression: Compression | int | str, message_set: BytesLike, *, level: int | None = None
+) -> bytes:
+    """One compressed wrapper entry around an already encoded message set. ``level`` is
+    gzip's, 0 to 9 (None: 6, byte for byte the Java producer's output); snappy has none."""
     codec = Compression.parse(compression)
     if codec is Compression.NONE:
         raise ValueError("a wrapper needs a compression codec")
-    return bytes(_accel.impl.encode_message_set((compress(codec, message_set),), 1, int(codec)))
+    payload = compress(codec, message_set, level=level)
+    return bytes(_accel.impl.encode_message_set((payload,), 1, int(codec)))
 
 
 def decode_message_set(

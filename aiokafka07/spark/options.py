@@ -57,6 +57,7 @@ OPTION_NAMES = (
     "requestTimeoutMs",
     "filterPushdown",
     "compression",
+    "compressionLevel",
     "confirm",
     "batchSize",
 )
@@ -550,6 +551,8 @@ class WriteOptions:
     compression: Compression
     confirm: bool
     batch_size: int
+    #: gzip's level, 0 to 9 (None: 6, the Java producer's).
+    compression_level: int | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> WriteOptions:
@@ -574,6 +577,12 @@ class WriteOptions:
             compression = Compression.parse(options.get("compression", "none"))
         except (KafkaError, ValueError) as exc:
             raise OptionError(f"option 'compression': {exc}") from None
+        level = _int(options, "compressionLevel", None, 0)
+        if level is not None and (level > 9 or compression is not Compression.GZIP):
+            raise OptionError(
+                f"option 'compressionLevel' is gzip's, 0 to 9, got {level} with "
+                f"compression {compression.name.lower()}"
+            )
         batch_size = _int(options, "batchSize", 1000, 1)
         assert batch_size is not None
         return cls(
@@ -582,4 +591,5 @@ class WriteOptions:
             compression=compression,
             confirm=_bool(options, "confirm", True),
             batch_size=batch_size,
+            compression_level=level,
         )

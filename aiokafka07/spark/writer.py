@@ -198,6 +198,7 @@ class _Writer:
                     options.connection.name, options.connection.request_timeout_ms
                 ),
                 compression=options.compression,
+                compression_level=options.compression_level,
                 confirm=options.confirm,
                 batch_size=options.batch_size,
             )

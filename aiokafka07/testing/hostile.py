@@ -13,11 +13,19 @@ import socket
 import struct
 import zlib
 from pathlib import Path
+from typing import cast
 
 from ..protocol import encode_message_set, gzip_compress
 from ..protocol._accel import impl as _impl
 
-__all__ = ["INNER_PARTIAL_WRAPPER", "SNAPPY_3_GIB", "SilentBroker", "gzip_bomb", "peak_rss"]
+__all__ = [
+    "INNER_PARTIAL_WRAPPER",
+    "SNAPPY_3_GIB",
+    "LoopbackListener",
+    "SilentBroker",
+    "gzip_bomb",
+    "peak_rss",
+]
 
 #: One snappy wrapper (22 bytes) whose raw block declares 3,572,681,096 uncompressed
 #: bytes; unbounded, decoding it allocates that much before seeing the block is corrupt.
@@ -66,7 +74,8 @@ class _Deaf(asyncio.Protocol):
         self.server = server
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # Not an asyncio.Transport subclass on every loop (uvloop's are not).
+        transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -77,17 +86,12 @@ class _Deaf(asyncio.Protocol):
         self.server.closed_by_peer += 1
 
 
-class SilentBroker:
-    """A "broker" on 127.0.0.1 that accepts connections and never reads from them, like
-    a broker process that hangs: a client's writes fill the socket buffers, and nothing
-    is ever answered. An async context manager; closing aborts every connection.
-    ``broker_list`` is its static ``broker.list`` (broker id 0)."""
+class LoopbackListener:
+    """Where a test server listens: 127.0.0.1 and the free port its ``asyncio.Server``
+    (set by the subclass once started) was given; ``broker_list`` is the static
+    ``broker.list`` naming it as broker id 0."""
 
-    def __init__(self) -> None:
-        self._server: asyncio.Server | None = None
-        self.transports: set[asyncio.Transport] = set()
-        #: Connections that ended (closed by the client, or aborted at close).
-        self.closed_by_peer = 0
+    _server: asyncio.Server | None = None
 
     @property
     def host(self) -> str:
@@ -95,13 +99,26 @@ class SilentBroker:
 
     @property
     def port(self) -> int:
-        assert self._server is not None
+        assert self._server is not None, "the server is not listening"
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
     @property
     def broker_list(self) -> str:
         return f"0:{self.host}:{self.port}"
+
+
+class SilentBroker(LoopbackListener):
+    """A "broker" on 127.0.0.1 that accepts connections and never reads from them, like
+    a broker process that hangs: a client's writes fill the socket buffers, and nothing
+    is ever answered. An async context manager; closing aborts every connection.
+    ``broker_list`` is its static ``broker.list`` (broker id 0)."""
+
+    def __init__(self) -> None:
+        self._server = None
+        self.transports: set[asyncio.Transport] = set()
+        #: Connections that ended (closed by the client, or aborted at close).
+        self.closed_by_peer = 0
 
     async def __aenter__(self) -> SilentBroker:
         loop = asyncio.get_running_loop()

@@ -6,6 +6,12 @@ ConsumerOffsetChecker as a readable table: the members and their subscriptions, 
 broker-partition the owning consumer thread, the committed offset, the log end (OFFSETS
 latest from the broker) and the lag, with the total lag. 0.7 offsets are byte positions,
 so lag is in bytes. ``--json`` prints the same as one JSON document.
+
+``groups status [GROUP]`` judges each group partition's lag the way Burrow does
+(:mod:`aiokafka07.monitor.lag`): it samples the committed offsets (with the time their znode
+was last written, ZooKeeper's ``mtime``) and the log ends ``--samples`` times,
+``--interval-ms`` apart, and prints each partition's status, and the group's (the worst);
+the exit status says the worst status found, for scripts.
 """
 
 from __future__ import annotations
@@ -13,13 +19,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
+import time
 from typing import Any
 
-from ..connection import BrokerAddress
-from ..errors import KafkaError, ZooKeeperError
+from ..errors import ZooKeeperError
 from ..group import Subscription
+from ..monitor.lag import LagStatus, LagWindow, OffsetSample, PartitionLag, worst
+from ..monitor.offsets import partition_offset
 from ..pool import ConnectionPool
-from ..protocol import LATEST
+from ..protocol import EARLIEST
 from ..records import TopicPartition
 from ..znodes import GroupRegistry, read_topics
 from ..zookeeper import ZooKeeper
@@ -27,31 +36,75 @@ from .common import (
     CommandError,
     UsageError,
     add_cluster_options,
+    add_progress_option,
     describe_exit_status,
     format_table,
     plural,
+    positive_int,
     read_brokers,
+    stop_acknowledged,
     topic_partitions,
     zookeeper_session,
 )
+from .progress import LiveCount
+
+#: Exit statuses of ``groups status``: the worst status found (OK is 0).
+EXIT_WARN = 3
+EXIT_STALL = 4
+EXIT_STOP = 5
+EXIT_ERR = 6
+EXIT_STATUS = {
+    LagStatus.OK: 0,
+    LagStatus.WARN: EXIT_WARN,
+    LagStatus.STALL: EXIT_STALL,
+    LagStatus.STOP: EXIT_STOP,
+    LagStatus.ERR: EXIT_ERR,
+}
+#: 0.7's default ``autocommit.interval.ms``: by default one sample per commit.
+DEFAULT_INTERVAL_MS = 10_000
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "List consumer groups (default), or describe one: members, partition owners, "
-        "committed offsets, log ends and lag."
+        "List consumer groups (default), describe one: members, partition owners, "
+        "committed offsets, log ends and lag, or judge their lag status over samples."
     )
     parser.add_argument(
-        "action", nargs="?", choices=["list", "describe"], default="list", metavar="ACTION",
-        help="list (default) or describe",
+        "action", nargs="?", choices=["list", "describe", "status"], default="list",
+        metavar="ACTION", help="list (default), describe or status",
     )  # fmt: skip
-    parser.add_argument("group", nargs="?", metavar="GROUP", help="the group to describe")
+    parser.add_argument(
+        "group", nargs="?", metavar="GROUP", help="the group to describe (status: all if none)"
+    )
     add_cluster_options(parser, brokers=False)
     parser.add_argument(
-        "--topic", action="append", default=[], help="describe only this topic (repeatable)"
+        "--topic",
+        action="append",
+        default=[],
+        help="describe or judge only this topic (repeatable)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    describe_exit_status(parser, {0: "the groups, or the group described, were printed"})
+    status = parser.add_argument_group("status")
+    status.add_argument(
+        "--samples", type=positive_int, default=10, metavar="N",
+        help="samples to take; also the lag window, in commits (default: 10)",
+    )  # fmt: skip
+    status.add_argument(
+        "--interval-ms", type=positive_int, default=DEFAULT_INTERVAL_MS, metavar="MS",
+        help="time between samples; set it to the group's autocommit.interval.ms "
+        f"(default: {DEFAULT_INTERVAL_MS}, 0.7's)",
+    )  # fmt: skip
+    add_progress_option(status)
+    describe_exit_status(
+        parser,
+        {
+            0: "the groups, or the group described, were printed (status: all OK)",
+            EXIT_WARN: "status: the worst partition is WARN (lag growing)",
+            EXIT_STALL: "status: the worst partition is STALL (commits not moving, lag > 0)",
+            EXIT_STOP: "status: the worst partition is STOP (no commits, lag > 0)",
+            EXIT_ERR: "status: a partition is ERR (offset outside the log, or its log end unknown)",
+        },
+    )
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -59,11 +112,31 @@ async def run(args: argparse.Namespace) -> int:
         raise UsageError("describe needs a GROUP")
     if args.action == "list" and args.group:
         raise UsageError(f"unexpected {args.group!r}: did you mean 'groups describe GROUP'?")
+    status = LagStatus.OK
     async with zookeeper_session(args) as zk:
         if args.action == "list":
             _print_groups(await list_groups(zk), args.json)
-        else:
+        elif args.action == "describe":
             _print_description(await describe_group(zk, args.group, args.topic), args.json)
+        else:
+            report = await group_status(
+                zk,
+                [args.group] if args.group else None,
+                args.topic,
+                samples=args.samples,
+                interval_ms=args.interval_ms,
+                progress=sys.stderr.isatty() if args.progress is None else args.progress,
+            )
+            _print_status(report, args.group is not None, args.json)
+            status = worst(LagStatus[g["status"]] for g in report["groups"])
+    if status is LagStatus.ERR:
+        return EXIT_ERR
+    if status is LagStatus.STOP:
+        return EXIT_STOP
+    if status is LagStatus.STALL:
+        return EXIT_STALL
+    if status is LagStatus.WARN:
+        return EXIT_WARN
     return 0
 
 
@@ -123,37 +196,16 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
         {"id": member, "subscription": _subscription_json(value)}
         for member, value in registrations.items()
     ]
-    topics = set(only_topics)
-    if not topics:
-        topics |= set(await registry.offset_topics())
-        topics |= set(await registry.owner_topics())
-        available = await read_topics(zk)
-        for value in registrations.values():
-            try:
-                topics |= set(Subscription.parse(value).streams_per_topic(available))
-            except ZooKeeperError:
-                continue  # shown as unreadable; it names no topics we could use
+    partitions = await group_partitions(zk, registry, registrations, only_topics)
     brokers = await read_brokers(zk)
-    partitions: list[TopicPartition] = []
     committed: dict[TopicPartition, int | None] = {}
     owners: dict[TopicPartition, str | None] = {}
-    for topic in sorted(topics):
-        names = set(await registry.offset_partitions(topic))
-        names |= set(await registry.owned_partitions(topic))
-        names |= {f"{b}-{p}" for b, p in await topic_partitions(zk, topic)}
-        found = []
-        for name in names:
-            try:
-                found.append(TopicPartition.parse(topic, name))
-            except ValueError:
-                continue  # not a b-p node: nothing 0.7 wrote
-        for tp in sorted(found):
-            partitions.append(tp)
-            committed[tp] = await registry.committed(topic, tp.name)
-            owners[tp] = await registry.owner(topic, tp.name)
+    for tp in partitions:
+        committed[tp] = await registry.committed(tp.topic, tp.name)
+        owners[tp] = await registry.owner(tp.topic, tp.name)
     async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
         ends = await asyncio.gather(
-            *(_log_end(pool, brokers.get(tp.broker_id), tp) for tp in partitions)
+            *(partition_offset(pool, brokers.get(tp.broker_id), tp) for tp in partitions)
         )
     rows = []
     total = 0
@@ -175,18 +227,38 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
     return {"group": group, "members": members, "partitions": rows, "total_lag": total}
 
 
-async def _log_end(
-    pool: ConnectionPool, address: BrokerAddress | None, tp: TopicPartition
-) -> int | None:
-    """OFFSETS latest of one partition, or None when its broker cannot be asked."""
-    if address is None:
-        return None
-    try:
-        connection = await pool.connection(address)
-        offsets = await connection.offsets(tp.topic, tp.partition, LATEST, 1)
-    except KafkaError:
-        return None
-    return offsets[0] if offsets else 0
+async def group_partitions(
+    zk: ZooKeeper,
+    registry: GroupRegistry,
+    registrations: dict[str, str | None],
+    only_topics: list[str],
+) -> list[TopicPartition]:
+    """The group's broker-partitions, sorted: of ``only_topics``, or else of every topic it
+    has offsets or owners for or its members subscribe to; each with an offset node, an
+    owner node, or registered by a broker."""
+    topics = set(only_topics)
+    if not topics:
+        topics |= set(await registry.offset_topics())
+        topics |= set(await registry.owner_topics())
+        available = await read_topics(zk)
+        for value in registrations.values():
+            try:
+                topics |= set(Subscription.parse(value).streams_per_topic(available))
+            except ZooKeeperError:
+                continue  # shown as unreadable; it names no topics we could use
+    partitions: list[TopicPartition] = []
+    for topic in sorted(topics):
+        names = set(await registry.offset_partitions(topic))
+        names |= set(await registry.owned_partitions(topic))
+        names |= {f"{b}-{p}" for b, p in await topic_partitions(zk, topic)}
+        found = []
+        for name in names:
+            try:
+                found.append(TopicPartition.parse(topic, name))
+            except ValueError:
+                continue  # not a b-p node: nothing 0.7 wrote
+        partitions.extend(sorted(found))
+    return partitions
 
 
 def _print_description(description: dict[str, Any], as_json: bool) -> None:
@@ -203,16 +275,183 @@ def _print_description(description: dict[str, Any], as_json: bool) -> None:
     if not description["partitions"]:
         print("no partitions: the group has no offsets, owners or subscribed topics")
         return
-    rows = [
-        [
-            p["topic"],
-            f"{p['broker_id']}-{p['partition']}",
-            p["committed"],
-            p["log_end"],
-            p["lag"],
-            p["owner"] or "none",
-        ]
-        for p in description["partitions"]
-    ]
+    rows = [_partition_row(p, p["owner"] or "none") for p in description["partitions"]]
     print(format_table(["TOPIC", "PARTITION", "COMMITTED", "LOG END", "LAG", "OWNER"], rows))
     print(f"\ntotal lag: {description['total_lag']} bytes")
+
+
+# -- status ------------------------------------------------------------------------------
+
+
+class _Watched:
+    """One group partition being sampled: its lag window and what was last read."""
+
+    __slots__ = ("committed", "log_end", "registry", "tp", "window")
+
+    def __init__(self, registry: GroupRegistry, tp: TopicPartition, window: LagWindow) -> None:
+        self.registry = registry
+        self.tp = tp
+        self.window = window
+        self.committed: int | None = None
+        self.log_end: int | None = None
+
+    def verdict(self, now_ms: int) -> PartitionLag | None:
+        """The window's verdict; ERR when the log end was never known; None (not judged)
+        when the group never committed an offset for it."""
+        if self.committed is None:
+            return None
+        if not len(self.window):
+            return PartitionLag(
+                LagStatus.ERR,
+                None,
+                f"log end unknown (broker {self.tp.broker_id} not registered or not reachable)",
+            )
+        return self.window.evaluate(now_ms)
+
+
+async def group_status(
+    zk: ZooKeeper,
+    groups: list[str] | None,
+    only_topics: list[str],
+    *,
+    samples: int,
+    interval_ms: int,
+    progress: bool,
+) -> dict[str, Any]:
+    """Sample ``groups`` (None: every group) ``samples`` times, ``interval_ms`` apart, and
+    judge each group partition's lag with a :class:`LagWindow` of ``samples`` commits (at
+    least 2) that calls two intervals without a commit the least STOP. A first Ctrl-C
+    stops the sampling: what was sampled so far is judged."""
+    if groups is None:
+        groups = await GroupRegistry.groups(zk)
+    watched: dict[str, list[_Watched]] = {}
+    for group in groups:
+        registry = GroupRegistry(zk, group)
+        if not await registry.exists():
+            raise CommandError(f"there is no consumer group {group!r} in ZooKeeper")
+        partitions = await group_partitions(
+            zk, registry, await registry.registrations(), only_topics
+        )
+        watched[group] = [
+            _Watched(registry, tp, LagWindow(commits=max(2, samples), min_stop_ms=2 * interval_ms))
+            for tp in partitions
+        ]
+    everything = [w for ws in watched.values() for w in ws]
+    taken = 0
+
+    async def count() -> tuple[int, int | None]:
+        return taken, samples
+
+    async with (
+        ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool,
+        LiveCount("sampling", "sample", count, enabled=progress),
+    ):
+        try:
+            for _ in range(samples):
+                if taken:
+                    await asyncio.sleep(interval_ms / 1000)
+                await _sample(zk, pool, everything)
+                taken += 1
+        except asyncio.CancelledError:
+            stop_acknowledged()  # Ctrl-C: judge what was sampled
+    now_ms = int(time.time() * 1000)
+    report = []
+    for group, ws in watched.items():
+        rows = []
+        verdicts = []
+        for w in ws:
+            verdict = w.verdict(now_ms)
+            if verdict is not None:
+                verdicts.append(verdict)
+            rows.append(
+                {
+                    "topic": w.tp.topic,
+                    "broker_id": w.tp.broker_id,
+                    "partition": w.tp.partition,
+                    "committed": w.committed,
+                    "log_end": w.log_end,
+                    "lag": None if verdict is None else verdict.lag,
+                    "status": None if verdict is None else verdict.status.name,
+                    "reason": "no committed offset" if verdict is None else verdict.reason,
+                }
+            )
+        status = worst(v.status for v in verdicts)
+        reasons = [v.reason for v in verdicts if v.status is status and status is not LagStatus.OK]
+        report.append(
+            {
+                "group": group,
+                "status": status.name,
+                "reason": reasons[0] if reasons else "",
+                "total_lag": sum(v.lag for v in verdicts if v.lag is not None and v.lag > 0),
+                "partitions": rows,
+            }
+        )
+    return {"samples": taken, "interval_ms": interval_ms, "groups": report}
+
+
+async def _sample(zk: ZooKeeper, pool: ConnectionPool, watched: list[_Watched]) -> None:
+    """Read every watched partition's committed offset (and when it was written), and
+    each broker-partition's log start and end once; feed the windows."""
+    brokers = await read_brokers(zk)
+    commits = await asyncio.gather(
+        *(w.registry.committed_at(w.tp.topic, w.tp.name) for w in watched)
+    )
+    tps = sorted({w.tp for w in watched})
+    ends, starts = await asyncio.gather(
+        asyncio.gather(*(partition_offset(pool, brokers.get(tp.broker_id), tp) for tp in tps)),
+        asyncio.gather(
+            *(partition_offset(pool, brokers.get(tp.broker_id), tp, EARLIEST) for tp in tps)
+        ),
+    )
+    log_end = dict(zip(tps, ends, strict=True))
+    log_start = dict(zip(tps, starts, strict=True))
+    for w, commit in zip(watched, commits, strict=True):
+        end = log_end[w.tp]
+        w.log_end = end
+        w.committed = None if commit is None else commit[0]
+        if commit is None or end is None:
+            continue
+        offset, written_ms = commit
+        w.window.observe(OffsetSample(offset, end, log_start[w.tp], written_ms))
+
+
+def _print_status(report: dict[str, Any], one_group: bool, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    groups = report["groups"]
+    taken = plural(report["samples"], "sample")
+    if not one_group:
+        if not groups:
+            print("no consumer groups")
+            return
+        rows = [
+            [g["group"], len(g["partitions"]), g["total_lag"], g["status"], g["reason"]]
+            for g in groups
+        ]
+        print(format_table(["GROUP", "PARTITIONS", "LAG", "STATUS", "REASON"], rows))
+        print(f"\n{taken}, {report['interval_ms']} ms apart")
+        return
+    (group,) = groups
+    if group["partitions"]:
+        rows = [_partition_row(p, p["status"], p["reason"]) for p in group["partitions"]]
+        headers = ["TOPIC", "PARTITION", "COMMITTED", "LOG END", "LAG", "STATUS", "REASON"]
+        print(format_table(headers, rows))
+        print()
+    else:
+        print("no partitions: the group has no offsets, owners or subscribed topics\n")
+    print(f"group {group['group']}: {group['status']} ({taken}, {report['interval_ms']} ms apart)")
+
+
+def _partition_row(partition: dict[str, Any], *more: Any) -> list[Any]:
+    """A table row of one group partition: topic, broker-partition, committed, log end,
+    lag, then ``more``."""
+    p = partition
+    return [
+        p["topic"],
+        f"{p['broker_id']}-{p['partition']}",
+        p["committed"],
+        p["log_end"],
+        p["lag"],
+        *more,
+    ]

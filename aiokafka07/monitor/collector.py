@@ -1,0 +1,178 @@
+"""The exporter's metrics: a ``prometheus_client`` collector over a :class:`ClusterMonitor`.
+
+:class:`ClusterCollector` yields metric families built from the monitor's cached
+:class:`~aiokafka07.monitor.cluster_state.ClusterState` (nothing here talks to the
+cluster), so a scrape costs the formatting of what the last refresh found. Register it on
+a registry of its own and format with ``prometheus_client.generate_latest``.
+The names are in :data:`METRICS` (and in the docs' table, docs/operations/monitoring.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from .cluster_state import ClusterMonitor
+from .lag import worst
+from .status import LagTracker
+
+__all__ = ["METRICS", "ClusterCollector", "registry_for"]
+
+_PARTITION = ["topic", "broker", "partition"]
+_GROUP_PARTITION = ["group", *_PARTITION]
+
+#: Every metric family the collector yields: name (as exposed) → help text.
+METRICS: dict[str, str] = {
+    "kafka07_brokers": "Brokers registered in ZooKeeper now",
+    "kafka07_broker_registered": "1 while the broker's /brokers/ids node exists",
+    "kafka07_broker_up": "1 when the broker answered the last OFFSETS probe",
+    "kafka07_broker_probe_duration_seconds": "How long the last probe of the broker took",
+    "kafka07_topic_partition_oldest_offset": "Log start of the broker-partition (bytes)",
+    "kafka07_topic_partition_newest_offset": "Log end of the broker-partition (bytes)",
+    "kafka07_topic_partition_in_bytes_per_second": (
+        "Bytes appended to the broker-partition per second, between the last two refreshes"
+    ),
+    "kafka07_group_members": "Live members of the consumer group",
+    "kafka07_group_rebalances_total": "Changes of the group's member list the exporter saw",
+    "kafka07_group_lag_bytes": "Sum of the group's partition lags (bytes)",
+    "kafka07_group_status": (
+        "The group's lag status, its worst partition's: 0 OK, 1 WARN, 2 STALL, 3 STOP, 4 ERR"
+    ),
+    "kafka07_group_partition_status": (
+        "The partition's lag status: 0 OK, 1 WARN, 2 STALL, 3 STOP, 4 ERR"
+    ),
+    "kafka07_group_partition_committed_offset": "Offset the group committed (bytes)",
+    "kafka07_group_partition_owner_info": "The consumer thread owning the partition",
+    "kafka07_group_partition_lag_bytes": "Log end minus committed offset (bytes)",
+    "kafka07_group_partition_offset_unmoved_seconds": (
+        "Seconds since the exporter saw the committed offset change (at most its uptime)"
+    ),
+    "kafka07_exporter_scrape_duration_seconds": "How long the previous scrape took to answer",
+    "kafka07_exporter_refresh_duration_seconds": "How long the last refresh of the state took",
+    "kafka07_exporter_state_age_seconds": "Seconds since the state served was read",
+    "kafka07_exporter_refreshes_total": "Successful refreshes of the state",
+    "kafka07_exporter_zookeeper_connected": "1 while the ZooKeeper session is connected",
+    "kafka07_exporter_stale": "1 while the values served may be out of date (see the docs)",
+    "kafka07_exporter_errors_total": "Errors met while refreshing, by kind",
+}
+
+
+def _gauge(name: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, METRICS[name], labels=labels)
+
+
+class ClusterCollector(Collector):
+    """Metric families of one cluster, from ``monitor``'s cached state and ``tracker``'s
+    lag windows."""
+
+    def __init__(self, monitor: ClusterMonitor, tracker: LagTracker) -> None:
+        self.monitor = monitor
+        self.tracker = tracker
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily]:
+        monitor = self.monitor
+        state = monitor.state
+        yield from self._brokers()
+        oldest = _gauge("kafka07_topic_partition_oldest_offset", _PARTITION)
+        newest = _gauge("kafka07_topic_partition_newest_offset", _PARTITION)
+        rate = _gauge("kafka07_topic_partition_in_bytes_per_second", _PARTITION)
+        for p in state.partitions:
+            labels = [p.tp.topic, str(p.tp.broker_id), str(p.tp.partition)]
+            oldest.add_metric(labels, p.log_start)
+            newest.add_metric(labels, p.log_end)
+            if p.bytes_in_per_second is not None:
+                rate.add_metric(labels, p.bytes_in_per_second)
+        yield from (oldest, newest, rate)
+        yield from self._groups()
+        yield from self._health()
+
+    def _brokers(self) -> Iterator[GaugeMetricFamily]:
+        brokers = self.monitor.state.brokers
+        count = _gauge("kafka07_brokers")
+        count.add_metric([], sum(b.registered for b in brokers))
+        registered = _gauge("kafka07_broker_registered", ["broker"])
+        up = _gauge("kafka07_broker_up", ["broker"])
+        probe = _gauge("kafka07_broker_probe_duration_seconds", ["broker"])
+        for b in brokers:
+            label = [str(b.broker_id)]
+            registered.add_metric(label, int(b.registered))
+            up.add_metric(label, int(b.up))
+            if b.probe_seconds is not None:
+                probe.add_metric(label, b.probe_seconds)
+        yield from (count, registered, up, probe)
+
+    def _groups(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily]:
+        members = _gauge("kafka07_group_members", ["group"])
+        rebalances = CounterMetricFamily(
+            "kafka07_group_rebalances",
+            METRICS["kafka07_group_rebalances_total"],
+            labels=["group"],
+        )
+        total = _gauge("kafka07_group_lag_bytes", ["group"])
+        committed = _gauge("kafka07_group_partition_committed_offset", _GROUP_PARTITION)
+        owner = InfoMetricFamily(
+            "kafka07_group_partition_owner",
+            METRICS["kafka07_group_partition_owner_info"],
+            labels=_GROUP_PARTITION,
+        )
+        lag = _gauge("kafka07_group_partition_lag_bytes", _GROUP_PARTITION)
+        unmoved = _gauge("kafka07_group_partition_offset_unmoved_seconds", _GROUP_PARTITION)
+        status = _gauge("kafka07_group_status", ["group"])
+        partition_status = _gauge("kafka07_group_partition_status", _GROUP_PARTITION)
+        now_ms = int(time.time() * 1000)
+        for g in self.monitor.state.groups:
+            verdicts = self.tracker.evaluate(g, now_ms)
+            status.add_metric([g.group], int(worst(v.status for v in verdicts.values())))
+            members.add_metric([g.group], g.members)
+            rebalances.add_metric([g.group], g.rebalances)
+            total.add_metric([g.group], sum(p.lag or 0 for p in g.partitions))
+            for p in g.partitions:
+                labels = [g.group, p.tp.topic, str(p.tp.broker_id), str(p.tp.partition)]
+                if p.committed is not None:
+                    committed.add_metric(labels, p.committed)
+                if p.owner is not None:
+                    owner.add_metric(labels, {"owner": p.owner})
+                if p.lag is not None:
+                    lag.add_metric(labels, p.lag)
+                if p.unmoved_seconds is not None:
+                    unmoved.add_metric(labels, p.unmoved_seconds)
+                partition_status.add_metric(labels, int(verdicts[p.tp].status))
+        yield from (members, rebalances, total, status, committed, owner, lag, unmoved)
+        yield partition_status
+
+    def _health(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        monitor = self.monitor
+        state = monitor.state
+        scrape = _gauge("kafka07_exporter_scrape_duration_seconds")
+        if monitor.scrape_seconds is not None:
+            scrape.add_metric([], monitor.scrape_seconds)
+        refresh = _gauge("kafka07_exporter_refresh_duration_seconds")
+        age = _gauge("kafka07_exporter_state_age_seconds")
+        if state.refresh_seconds is not None and state.refreshed_at is not None:
+            refresh.add_metric([], state.refresh_seconds)
+            age.add_metric([], max(time.time() - state.refreshed_at, 0.0))
+        refreshes = CounterMetricFamily(
+            "kafka07_exporter_refreshes", METRICS["kafka07_exporter_refreshes_total"]
+        )
+        refreshes.add_metric([], monitor.refreshes)
+        connected = _gauge("kafka07_exporter_zookeeper_connected")
+        connected.add_metric([], int(monitor.zookeeper_connected))
+        stale = _gauge("kafka07_exporter_stale")
+        stale.add_metric([], int(monitor.is_stale))
+        errors = CounterMetricFamily(
+            "kafka07_exporter_errors", METRICS["kafka07_exporter_errors_total"], labels=["kind"]
+        )
+        for kind, count in sorted(monitor.errors.items()):
+            errors.add_metric([kind], count)
+        yield from (scrape, refresh, age, refreshes, connected, stale, errors)
+
+
+def registry_for(collector: Collector) -> CollectorRegistry:
+    """A registry of its own holding only ``collector`` (no process or platform metrics:
+    the exporter reports on the cluster, and ``generate_latest`` of it is the scrape)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry

@@ -1,0 +1,113 @@
+"""Lag status of every group the exporter sees: a :class:`~aiokafka07.monitor.lag.LagWindow`
+per group partition, fed from each refresh of the cluster state.
+
+:meth:`LagTracker.observe` is the monitor's ``on_refresh``: every group partition with a
+committed offset and a known log end becomes an
+:class:`~aiokafka07.monitor.lag.OffsetSample` (its ``at_ms`` is the offset znode's mtime,
+so a rewrite of the same offset counts as a commit, as Burrow counts them). Windows of
+partitions or groups that left the state are dropped. :meth:`LagTracker.evaluate` judges
+them at a given time (the server and the collector ask at scrape time, so STOP appears
+without waiting for a refresh), and a group's status is the worst of its partitions'.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..records import TopicPartition
+from .cluster_state import ClusterMonitor, ClusterState, GroupState
+from .lag import DEFAULT_MIN_STOP_MS, LagStatus, LagWindow, OffsetSample, PartitionLag, worst
+
+__all__ = ["LagTracker"]
+
+
+class LagTracker:
+    """Lag windows of ``commits`` commits per group partition (see
+    :mod:`aiokafka07.monitor.lag` for the rules; ``min_stop_ms`` is its minimum STOP
+    time)."""
+
+    def __init__(self, *, commits: int = 10, min_stop_ms: int = DEFAULT_MIN_STOP_MS) -> None:
+        LagWindow(commits=commits, min_stop_ms=min_stop_ms)  # checks both now
+        self.commits = commits
+        self.min_stop_ms = min_stop_ms
+        self._windows: dict[tuple[str, TopicPartition], LagWindow] = {}
+
+    def observe(self, state: ClusterState) -> None:
+        """Feed every group partition of ``state``; forget those no longer in it."""
+        seen = set()
+        for group in state.groups:
+            for p in group.partitions:
+                key = (group.group, p.tp)
+                seen.add(key)
+                if p.committed is None or p.log_end is None or p.committed_at_ms is None:
+                    continue
+                window = self._windows.get(key)
+                if window is None:
+                    window = LagWindow(commits=self.commits, min_stop_ms=self.min_stop_ms)
+                    self._windows[key] = window
+                window.observe(OffsetSample(p.committed, p.log_end, p.log_start, p.committed_at_ms))
+        for key in set(self._windows) - seen:
+            del self._windows[key]
+
+    def evaluate(
+        self, group: GroupState, now_ms: int | None = None
+    ) -> dict[TopicPartition, PartitionLag]:
+        """The verdict on each of ``group``'s partitions at ``now_ms`` (default: now)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        verdicts = {}
+        for p in group.partitions:
+            window = self._windows.get((group.group, p.tp))
+            if window is not None:
+                verdicts[p.tp] = window.evaluate(now)
+            elif p.committed is None:
+                verdicts[p.tp] = PartitionLag(LagStatus.OK, None, "no committed offset")
+            else:
+                verdicts[p.tp] = PartitionLag(
+                    LagStatus.OK, None, "log end not known (broker down?)"
+                )
+        return verdicts
+
+    def group_document(self, group: GroupState, now_ms: int | None = None) -> dict[str, Any]:
+        """One group's status as JSON: the worst status, total lag, and each partition."""
+        verdicts = self.evaluate(group, now_ms)
+        partitions = []
+        for p in group.partitions:
+            verdict = verdicts[p.tp]
+            partitions.append(
+                {
+                    "topic": p.tp.topic,
+                    "broker": p.tp.broker_id,
+                    "partition": p.tp.partition,
+                    "status": verdict.status.name,
+                    "committed": p.committed,
+                    "log_end": p.log_end,
+                    "lag": p.lag,
+                    "owner": p.owner,
+                    "reason": verdict.reason,
+                }
+            )
+        return {
+            "group": group.group,
+            "status": worst(v.status for v in verdicts.values()).name,
+            "members": group.members,
+            "total_lag": sum(p.lag or 0 for p in group.partitions),
+            "partitions": partitions,
+        }
+
+    def status(self, monitor: ClusterMonitor) -> dict[str, Any]:
+        """Every group's document, with whether the state is stale and how old it is."""
+        state = monitor.state
+        now_ms = int(time.time() * 1000)
+        return {
+            "stale": monitor.is_stale,
+            "refreshed_at": state.refreshed_at,
+            "groups": [self.group_document(g, now_ms) for g in state.groups],
+        }
+
+    def group_status(self, monitor: ClusterMonitor, group: str) -> dict[str, Any] | None:
+        """``group``'s document (with the stale flag), or None when it is not in the state."""
+        for g in monitor.state.groups:
+            if g.group == group:
+                return {"stale": monitor.is_stale, **self.group_document(g)}
+        return None

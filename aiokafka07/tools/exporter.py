@@ -1,0 +1,197 @@
+"""``aiokafka07 exporter``: Prometheus metrics and consumer-lag status of one 0.7 cluster.
+
+A long-running HTTP server (aiohttp; ``pip install 'aiokafka07[exporter]'``) answering
+``/metrics`` (Prometheus text format), ``/status`` and ``/status/<group>`` (lag status as
+JSON) from a cache that one background task refreshes: ZooKeeper listings under watches,
+committed offsets each refresh, every broker's partitions' OFFSETS pipelined on one
+connection (:mod:`aiokafka07.monitor.cluster_state`). A scrape never waits on the cluster.
+
+Safe by default: listens on 127.0.0.1 (``--host`` to change), only reads (never writes a
+znode or produces), and bounds the groups and partitions listed and the time a refresh may
+take. Runs until Ctrl-C or SIGTERM, its normal end (exit 0). On a terminal a status line
+says what the cache holds and whether it is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from ..errors import ZooKeeperError
+from ..supervisor import CrashPolicy, Supervisor
+from .common import (
+    SECOND_CTRL_C,
+    CommandError,
+    UsageError,
+    add_cluster_options,
+    add_progress_option,
+    describe_exit_status,
+    non_negative_int,
+    plural,
+    positive_float,
+    positive_int,
+    stop_acknowledged,
+)
+
+if TYPE_CHECKING:
+    from ..monitor.cluster_state import ClusterMonitor
+
+#: The default port (next to kafka_exporter's 9308, which a 0.7 cluster's host may run too).
+DEFAULT_PORT = 9307
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Serve Prometheus metrics (/metrics) and consumer-lag status (/status, "
+        "/status/GROUP, JSON) of one 0.7 cluster over HTTP, from a cache refreshed in the "
+        "background. Only reads from the cluster."
+    )
+    add_cluster_options(parser, brokers=False)
+    http = parser.add_argument_group("HTTP")
+    http.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this host only)",
+    )
+    http.add_argument(
+        "--port",
+        type=non_negative_int,
+        default=DEFAULT_PORT,
+        help=f"port to listen on (default {DEFAULT_PORT}; 0: a free one, printed at start)",
+    )
+    bounds = parser.add_argument_group("refresh and bounds")
+    bounds.add_argument(
+        "--interval-ms",
+        type=positive_float,
+        default=5000.0,
+        metavar="MS",
+        help="refresh the state this often, sooner when ZooKeeper reports a change (5000)",
+    )
+    bounds.add_argument(
+        "--refresh-timeout-ms",
+        type=positive_float,
+        default=10000.0,
+        metavar="MS",
+        help="abandon a refresh taking longer; the last state stays served, stale (10000)",
+    )
+    bounds.add_argument(
+        "--max-groups", type=positive_int, default=1000, metavar="N", help="groups listed (1000)"
+    )
+    bounds.add_argument(
+        "--max-partitions",
+        type=positive_int,
+        default=10000,
+        metavar="N",
+        help="broker-partitions listed, and group partitions listed (10000 each)",
+    )
+    lag = parser.add_argument_group("lag status")
+    lag.add_argument(
+        "--window",
+        type=positive_int,
+        default=10,
+        metavar="COMMITS",
+        help="commits in each partition's sliding window (10; at least 2)",
+    )
+    lag.add_argument(
+        "--min-stop-ms",
+        type=positive_float,
+        default=20000.0,
+        metavar="MS",
+        help="least time without a commit, with lag, that is STOP (20000)",
+    )
+    add_progress_option(parser)
+    describe_exit_status(
+        parser,
+        {
+            0: "stopped by Ctrl-C or SIGTERM, the normal end",
+            130: SECOND_CTRL_C,
+        },
+    )
+
+
+async def run(args: argparse.Namespace) -> int:
+    if not args.zookeeper:
+        raise UsageError("--zookeeper is required")
+    if args.window < 2:
+        raise UsageError("--window needs at least 2 commits")
+    try:
+        from ..monitor.cluster_state import ClusterMonitor
+        from ..monitor.server import ExporterServer
+        from ..monitor.status import LagTracker
+    except ImportError as exc:
+        raise CommandError(
+            f"the exporter needs prometheus-client and aiohttp ({exc}): "
+            "pip install 'aiokafka07[exporter]'"
+        ) from None
+    tracker = LagTracker(commits=args.window, min_stop_ms=int(args.min_stop_ms))
+    monitor = ClusterMonitor(
+        args.zookeeper,
+        interval_ms=args.interval_ms,
+        refresh_timeout_ms=args.refresh_timeout_ms,
+        max_groups=args.max_groups,
+        max_partitions=args.max_partitions,
+        connection_timeout_ms=args.zk_timeout * 1000,
+        on_refresh=tracker.observe,
+    )
+    server = ExporterServer(monitor, tracker, host=args.host, port=args.port)
+    try:
+        await monitor.start()
+    except ZooKeeperError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        try:
+            await server.start()
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
+        print(
+            f"aiokafka07 exporter: serving {server.url}/metrics and {server.url}/status "
+            f"for {args.zookeeper}",
+            file=sys.stderr,
+            flush=True,
+        )
+        enabled = sys.stderr.isatty() if args.progress is None else args.progress
+        status = Supervisor("exporter status line")
+        if enabled:
+            status.spawn("line", _status_line(monitor), policy=CrashPolicy.LOG)
+        try:
+            await asyncio.Event().wait()  # until Ctrl-C / SIGTERM cancels us
+        except asyncio.CancelledError:
+            stop_acknowledged()  # the normal way to stop
+        finally:
+            await status.aclose()
+            if enabled:  # the line as it ended, kept on the terminal
+                sys.stderr.write(f"\r\x1b[K{describe(monitor)}\n")
+                sys.stderr.flush()
+    finally:
+        try:
+            await server.close()
+        finally:
+            await monitor.close()
+    return 0
+
+
+def describe(monitor: ClusterMonitor) -> str:
+    """One line on what the cache holds: ``3 brokers (3 up), 12 partitions, 2 groups;
+    refreshed 0.4 s ago`` (``; STALE: <why>`` while it is stale)."""
+    state = monitor.state
+    brokers = [b for b in state.brokers if b.registered]
+    up = sum(b.up for b in brokers)
+    line = (
+        f"{plural(len(brokers), 'broker')} ({up} up), "
+        f"{plural(len(state.partitions), 'partition')}, {plural(len(state.groups), 'group')}"
+    )
+    if state.refreshed_at is not None:
+        line += f"; refreshed {max(time.time() - state.refreshed_at, 0):.1f} s ago"
+    if monitor.is_stale:
+        line += f"; STALE: {monitor.last_error or 'not refreshed yet'}"
+    return line
+
+
+async def _status_line(monitor: ClusterMonitor) -> None:
+    while True:
+        sys.stderr.write(f"\r\x1b[K{describe(monitor)}")
+        sys.stderr.flush()
+        await asyncio.sleep(1.0)

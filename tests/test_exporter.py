@@ -1,0 +1,422 @@
+"""``aiokafka07 exporter``: /metrics and /status scraped over HTTP, parsed with
+prometheus_client's own parser, compared with the truth read through the library; a
+broker killed and restarted, ZooKeeper stopped and started again, a group deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from aiokafka07 import Producer
+from aiokafka07.monitor.cluster_state import ClusterMonitor
+from aiokafka07.monitor.lag import LagStatus
+from aiokafka07.monitor.server import ExporterServer
+from aiokafka07.monitor.status import LagTracker
+from aiokafka07.testing.process import start_broker_process, stop_broker_process
+from aiokafka07.tools.common import delete_tree
+from aiokafka07.znodes import GroupRegistry, group_path
+from aiokafka07.zookeeper import ZooKeeper
+
+from .groups import log_ends, own_zookeeper, produce
+from .wire import eventually
+
+TOPIC = "events"
+PARTS = [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@contextlib.asynccontextmanager
+async def exporter(
+    connect: str, tracker: LagTracker | None = None, **options: Any
+) -> AsyncIterator[tuple[ClusterMonitor, ExporterServer]]:
+    """A monitor refreshing every 200 ms and its server on a free loopback port."""
+    tracker = tracker or LagTracker()
+    options = {"interval_ms": 200.0, "min_interval_ms": 50.0, **options}
+    monitor = ClusterMonitor(connect, on_refresh=tracker.observe, **options)
+    server = ExporterServer(monitor, tracker, port=0)
+    async with monitor, server:
+        yield monitor, server
+
+
+async def get(server: ExporterServer, path: str) -> tuple[int, str]:
+    timeout = aiohttp.ClientTimeout(total=5)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(server.url + path) as response,
+    ):
+        return response.status, await response.text()
+
+
+async def scrape(server: ExporterServer) -> Samples:
+    """Every sample of /metrics: (name, sorted labels) → value."""
+    status, text = await get(server, "/metrics")
+    assert status == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def by_labels(
+    samples: Samples, name: str, **fixed: str
+) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of ``name`` whose labels include ``fixed``, by their other labels."""
+    found = {}
+    for (sample, labels), value in samples.items():
+        if sample != name or any(dict(labels).get(k) != v for k, v in fixed.items()):
+            continue
+        found[tuple((k, v) for k, v in labels if k not in fixed)] = value
+    return found
+
+
+def partition_key(broker: int, partition: int, topic: str = TOPIC) -> tuple[tuple[str, str], ...]:
+    return (("broker", str(broker)), ("partition", str(partition)), ("topic", topic))
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+async def test_metrics_and_status_match_the_cluster(kafka_cluster: Any, zookeeper: str) -> None:
+    """Log offsets, committed offsets, lag (log end - committed) and owners, for every
+    partition of two groups, as the library reads them."""
+    async with (
+        kafka_cluster(2, zookeeper=zookeeper, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, PARTS, 5, "a")
+        first = await log_ends(cluster, TOPIC)
+        await produce(producer, TOPIC, PARTS, 7, "b", pad=10)
+        ends = await log_ends(cluster, TOPIC)
+        behind, caught_up = GroupRegistry(zk, "behind"), GroupRegistry(zk, "caught-up")
+        for name in ends:
+            await behind.commit(TOPIC, name, first[name])
+            await caught_up.commit(TOPIC, name, ends[name])
+        async with exporter(zookeeper) as (monitor, server):
+            assert await monitor.wait_refreshed(10)
+            samples = await scrape(server)
+
+    assert value(samples, "kafka07_brokers") == 2
+    for broker in ("0", "1"):
+        assert value(samples, "kafka07_broker_up", broker=broker) == 1
+        assert value(samples, "kafka07_broker_registered", broker=broker) == 1
+    newest = by_labels(samples, "kafka07_topic_partition_newest_offset")
+    assert newest == {partition_key(*map(int, n.split("-"))): e for n, e in ends.items()}
+    oldest = by_labels(samples, "kafka07_topic_partition_oldest_offset")
+    assert set(oldest.values()) == {0}
+    for group, committed in (("behind", first), ("caught-up", ends)):
+        lag = by_labels(samples, "kafka07_group_partition_lag_bytes", group=group)
+        offsets = by_labels(samples, "kafka07_group_partition_committed_offset", group=group)
+        for name, end in ends.items():
+            key = partition_key(*map(int, name.split("-")))
+            assert offsets[key] == committed[name]
+            assert lag[key] == end - committed[name]
+        assert len(lag) == len(ends)
+        total = sum(ends[n] - committed[n] for n in ends)
+        assert value(samples, "kafka07_group_lag_bytes", group=group) == total
+    assert value(samples, "kafka07_group_lag_bytes", group="behind") > 0
+    assert value(samples, "kafka07_exporter_stale") == 0
+    assert value(samples, "kafka07_exporter_zookeeper_connected") == 1
+
+
+async def test_status_json_and_owner(kafka_cluster: Any, zookeeper: str) -> None:
+    """/status and /status/<group> give each partition's lag and the worst status; the
+    owner shows as an info metric; an unknown group is a 404."""
+    async with (
+        kafka_cluster(1, zookeeper=zookeeper, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, [(0, 0), (0, 1)], 3, "a")
+        ends = await log_ends(cluster, TOPIC)
+        registry = GroupRegistry(zk, "g")
+        await registry.commit(TOPIC, "0-0", ends["0-0"])
+        await registry.commit(TOPIC, "0-1", ends["0-1"] + 1000)  # past the log end: ERR
+        await registry.claim(TOPIC, "0-0", "g_host-1-0")
+        async with exporter(zookeeper) as (monitor, server):
+            assert await monitor.wait_refreshed(10)
+            code, text = await get(server, "/status/g")
+            assert code == 200
+            everything = json.loads((await get(server, "/status"))[1])
+            assert (await get(server, "/status/nobody"))[0] == 404
+            samples = await scrape(server)
+    document = json.loads(text)
+    assert document["status"] == "ERR"
+    assert document["stale"] is False
+    rows = {f"{p['broker']}-{p['partition']}": p for p in document["partitions"]}
+    assert rows["0-0"]["lag"] == 0
+    assert rows["0-0"]["status"] == "OK"
+    assert rows["0-0"]["owner"] == "g_host-1-0"
+    assert rows["0-1"]["lag"] == -1000
+    assert rows["0-1"]["status"] == "ERR"
+    assert [g["group"] for g in everything["groups"]] == ["g"]
+    owner = by_labels(samples, "kafka07_group_partition_owner_info", group="g")
+    assert owner == {tuple(sorted((*partition_key(0, 0), ("owner", "g_host-1-0")))): 1}
+    assert value(samples, "kafka07_group_status", group="g") == LagStatus.ERR
+    assert (
+        value(samples, "kafka07_group_partition_status", group="g", **dict(partition_key(0, 0)))
+        == LagStatus.OK
+    )
+
+
+async def test_stall_then_stop(kafka_cluster: Any, zookeeper: str) -> None:
+    """A consumer rewriting the same offset with lag goes STALL once its window is full,
+    then STOP once it stops committing for longer than the minimum."""
+    async with (
+        kafka_cluster(1, zookeeper=zookeeper, num_partitions=1) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, [(0, 0)], 3, "a")
+        registry = GroupRegistry(zk, "stuck")
+        tracker = LagTracker(commits=3, min_stop_ms=1500)
+        async with exporter(zookeeper, tracker) as (monitor, server):
+
+            async def partition_status() -> str:
+                document = json.loads((await get(server, "/status/stuck"))[1])
+                return str(document["partitions"][0]["status"])
+
+            for _ in range(3):
+                await registry.commit(TOPIC, "0-0", 10)  # behind the log end, never moving
+                await monitor.wait_refreshed(10)
+                await monitor.wait_refreshed(10)  # a refresh that began after the commit
+            assert await partition_status() == "STALL"
+            await eventually(lambda: _is(partition_status(), "STOP"), 10)
+            samples = await scrape(server)
+        assert value(samples, "kafka07_group_status", group="stuck") == LagStatus.STOP
+        del cluster
+
+
+async def _is(status: Any, expected: str) -> bool:
+    return bool(await status == expected)
+
+
+async def test_deleted_group_disappears(kafka_cluster: Any, zookeeper: str) -> None:
+    async with (
+        kafka_cluster(1, zookeeper=zookeeper) as cluster,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await GroupRegistry(zk, "short-lived").commit(TOPIC, "0-0", 0)
+        await GroupRegistry(zk, "kept").commit(TOPIC, "0-0", 0)
+        async with exporter(zookeeper) as (monitor, server):
+            assert await monitor.wait_refreshed(10)
+            samples = await scrape(server)
+            assert value(samples, "kafka07_group_members", group="short-lived") == 0
+            await delete_tree(zk, group_path("short-lived"))
+
+            async def gone() -> bool:
+                samples = await scrape(server)
+                return value(samples, "kafka07_group_members", group="short-lived") is None
+
+            await eventually(gone, 10)
+            samples = await scrape(server)
+            assert not any(dict(labels).get("group") == "short-lived" for _, labels in samples)
+            assert value(samples, "kafka07_group_members", group="kept") == 0
+            assert (await get(server, "/status/short-lived"))[0] == 404
+        del cluster
+
+
+@contextlib.asynccontextmanager
+async def broker_processes(
+    tmp_path: Path, connect: str
+) -> AsyncIterator[dict[int, tuple[asyncio.subprocess.Process, Any]]]:
+    """Brokers 0 and 1 (2 partitions each) in processes of their own, with ``events``
+    registered on both; stopped at the end (a test may replace an entry)."""
+    brokers = {}
+    try:
+        for broker_id in (0, 1):
+            brokers[broker_id] = await start_broker_process(
+                tmp_path / f"b{broker_id}", broker_id=broker_id, partitions=2, zookeeper=connect
+            )
+        async with Producer(zookeeper=connect) as producer:
+            await produce(producer, TOPIC, PARTS, 3, "a")
+        yield brokers
+    finally:
+        for process, _ in brokers.values():
+            await stop_broker_process(process)
+
+
+async def test_survives_a_broker_killed_and_restarted(tmp_path: Path) -> None:
+    """A killed broker shows down at once (then unregistered, once its session expired)
+    while scrapes answer and nothing is stale; restarted, it is up again."""
+    async with (
+        own_zookeeper() as zk_server,
+        broker_processes(tmp_path, zk_server.connect_string) as brokers,
+        exporter(zk_server.connect_string, request_timeout_ms=1000.0) as (_, server),
+    ):
+        await eventually(lambda: _has_partitions(server, 4), 20)
+        process, _ = brokers[1]
+        process.kill()
+        await process.wait()
+        await eventually(lambda: _equals(server, 0, "kafka07_broker_up", broker="1"), 20)
+        samples = await scrape(server)
+        assert value(samples, "kafka07_broker_up", broker="0") == 1
+        assert value(samples, "kafka07_exporter_stale") == 0
+        await eventually(lambda: _equals(server, 0, "kafka07_broker_registered", broker="1"), 30)
+        assert await _has_partitions(server, 2)  # broker 0's
+        brokers[1] = await start_broker_process(
+            tmp_path / "b1", broker_id=1, partitions=2, zookeeper=zk_server.connect_string
+        )
+        await eventually(lambda: _equals(server, 1, "kafka07_broker_up", broker="1"), 20)
+        await eventually(lambda: _has_partitions(server, 4), 20)
+
+
+async def test_survives_zookeeper_stopped_and_started(tmp_path: Path) -> None:
+    """ZooKeeper stopped: the last values are served, marked stale; started again: fresh
+    values (stale 0, a new refresh) within 2 s of its return. The refresh interval is a
+    minute: the return itself must wake the refresher."""
+    async with (
+        own_zookeeper() as zk_server,
+        broker_processes(tmp_path, zk_server.connect_string),
+        exporter(zk_server.connect_string, interval_ms=60_000.0) as (_, server),
+    ):
+        await eventually(lambda: _has_partitions(server, 4), 20)
+        before = await scrape(server)
+        await asyncio.to_thread(zk_server.stop)
+        await eventually(lambda: _equals(server, 1, "kafka07_exporter_stale"), 10)
+        during = await scrape(server)
+        assert value(during, "kafka07_exporter_zookeeper_connected") == 0
+        newest = "kafka07_topic_partition_newest_offset"
+        assert by_labels(during, newest) == by_labels(before, newest)
+        assert len(by_labels(during, newest)) == 4
+        await asyncio.sleep(1.0)  # and still answering a while later
+        assert value(await scrape(server), "kafka07_exporter_stale") == 1
+        assert json.loads((await get(server, "/status"))[1])["stale"] is True
+        refreshes = value(during, "kafka07_exporter_refreshes_total") or 0
+
+        await asyncio.to_thread(zk_server.start)
+        back = time.monotonic()
+
+        async def fresh() -> bool:
+            samples = await scrape(server)
+            return (
+                value(samples, "kafka07_exporter_stale") == 0
+                and (value(samples, "kafka07_exporter_refreshes_total") or 0) > refreshes
+            )
+
+        await eventually(fresh, 10)
+        assert time.monotonic() - back < 2.0
+
+
+async def _equals(server: ExporterServer, expected: float, name: str, **labels: str) -> bool:
+    return value(await scrape(server), name, **labels) == expected
+
+
+async def _has_partitions(server: ExporterServer, count: int) -> bool:
+    samples = await scrape(server)
+    return len(by_labels(samples, "kafka07_topic_partition_newest_offset")) == count
+
+
+async def test_command_serves_and_stops_on_ctrl_c(kafka_cluster: Any, zookeeper: str) -> None:
+    """The tool: says where it serves (127.0.0.1 by default), answers /metrics, shows
+    its status line, and the first SIGINT stops it cleanly (exit 0)."""
+    async with kafka_cluster(1, zookeeper=zookeeper):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "aiokafka07", "exporter", "--zookeeper", zookeeper,
+            "--port", "0", "--interval-ms", "200", "--progress",
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        assert process.stderr is not None
+        try:
+            line = (await asyncio.wait_for(process.stderr.readline(), 30)).decode()
+            assert line.startswith("aiokafka07 exporter: serving http://127.0.0.1:")
+            url = line.split()[3]
+            assert url.endswith("/metrics")
+            timeout = aiohttp.ClientTimeout(total=5)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+
+                async def brokers_up() -> bool:
+                    async with session.get(url) as response:
+                        text = await response.text()
+                    return 'kafka07_broker_up{broker="0"} 1.0' in text
+
+                await eventually(brokers_up, 20)
+            process.send_signal(signal.SIGINT)
+            assert await asyncio.wait_for(process.wait(), 20) == 0
+            rest = (await process.stderr.read()).decode()
+            assert "error" not in rest
+            # The status line (forced on with --progress; on a terminal by default).
+            assert "1 broker (1 up)" in rest
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+@pytest.mark.parametrize("port", ["-1", "x"])
+def test_bad_port_is_refused(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from aiokafka07.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["exporter", "--zookeeper", "127.0.0.1:1", "--port", port])
+    assert exited.value.code == 2
+    assert "--port" in capsys.readouterr().err
+
+
+async def test_bounds_on_groups_and_partitions(kafka_cluster: Any, zookeeper: str) -> None:
+    """At most --max-groups groups and --max-partitions partitions are listed; what is
+    left out counts as a ``limit`` error."""
+    async with (
+        kafka_cluster(1, zookeeper=zookeeper, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, [(0, 0), (0, 1)], 1, "a")
+        for group in ("a", "b", "c"):
+            await GroupRegistry(zk, group).commit(TOPIC, "0-0", 0)
+            await GroupRegistry(zk, group).commit(TOPIC, "0-1", 0)
+        async with exporter(zookeeper, max_groups=2, max_partitions=1) as (monitor, server):
+            assert await monitor.wait_refreshed(10)
+            samples = await scrape(server)
+        del cluster
+    assert set(by_labels(samples, "kafka07_group_members")) == {
+        (("group", "a"),),
+        (("group", "b"),),
+    }
+    assert len(by_labels(samples, "kafka07_topic_partition_newest_offset")) == 1
+    assert len(by_labels(samples, "kafka07_group_partition_committed_offset")) == 1
+    assert (value(samples, "kafka07_exporter_errors_total", kind="limit") or 0) > 0
+
+
+async def tree(zk: ZooKeeper, path: str = "/") -> dict[str, tuple[str | None, int]]:
+    """Every znode under ``path``: its data and last write time."""
+    found = await zk.data_and_mtime(path)
+    nodes = {} if found is None else {path: found}
+    for child in await zk.get_children(path):
+        nodes.update(await tree(zk, f"{path.rstrip('/')}/{child}"))
+    return nodes
+
+
+async def test_only_reads(kafka_cluster: Any, zookeeper: str) -> None:
+    """Refreshing and answering scrapes writes nothing: every znode is as it was, and
+    the log ends have not moved."""
+    async with (
+        kafka_cluster(1, zookeeper=zookeeper, num_partitions=2) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        await produce(producer, TOPIC, [(0, 0), (0, 1)], 2, "a")
+        await GroupRegistry(zk, "g").commit(TOPIC, "0-0", 0)
+        before, ends = await tree(zk), await log_ends(cluster, TOPIC)
+        async with exporter(zookeeper) as (monitor, server):
+            for _ in range(3):
+                assert await monitor.wait_refreshed(10)
+                await scrape(server)
+                await get(server, "/status")
+        assert await tree(zk) == before
+        assert await log_ends(cluster, TOPIC) == ends
