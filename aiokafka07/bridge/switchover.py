@@ -56,8 +56,9 @@ class Translation:
 async def group_offsets(
     zookeeper: ZooKeeper, group: str, topics: Sequence[str], *, force: bool = False
 ) -> dict[TopicPartition, int]:
-    """The 0.7 group's committed offsets of ``topics``; refuses (BridgeError) while
-    members of the group are registered, unless ``force``."""
+    """The 0.7 group's committed offsets of ``topics`` (none named: of every topic it
+    committed offsets of); refuses (BridgeError) while members of the group are
+    registered, unless ``force``."""
     registry = GroupRegistry(zookeeper, group)
     if not await registry.exists():
         raise BridgeError(f"there is no consumer group {group!r} in ZooKeeper")
@@ -68,7 +69,7 @@ async def group_offsets(
             "stop them first (their offsets still move), or force"
         )
     result: dict[TopicPartition, int] = {}
-    for topic in topics:
+    for topic in topics or await registry.offset_topics():
         for name, offset in (await registry.offsets(topic)).items():
             result[TopicPartition.parse(topic, name)] = offset
     return result

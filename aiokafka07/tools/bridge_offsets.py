@@ -1,4 +1,4 @@
-"""``aiokafka07 bridge-offsets``: move a 0.7 consumer group's position to the target.
+"""``aiokafka07 bridge offsets``: move a 0.7 consumer group's position to the target.
 
 Translates the group's committed offsets (ZooKeeper) through the headers of the records
 ``aiokafka07 bridge`` wrote (see :mod:`aiokafka07.bridge.switchover`) and commits them on
@@ -29,7 +29,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Refuses while members of the 0.7 group are alive (unless --force) and while the "
         "bridge has not copied up to the group's offsets."
     )
-    parser.add_argument("topics", nargs="+", metavar="TOPIC")
+    parser.add_argument(
+        "topics",
+        nargs="*",
+        metavar="TOPIC",
+        help="the topics to move the group's offsets of (default: every topic the group "
+        "committed offsets of)",
+    )
     parser.add_argument("-g", "--group", required=True, help="the 0.7 consumer group")
     add_cluster_options(parser, brokers=False)
     parser.add_argument(
@@ -58,10 +64,10 @@ async def run(args: argparse.Namespace) -> int:
         async with zookeeper_session(args) as zk:
             committed = await group_offsets(zk, args.group, args.topics, force=args.force)
         if not committed:
-            raise CommandError(f"group {args.group} has no committed offsets of {args.topics}")
-        translation = await translate(
-            args.bootstrap_servers, committed, args.topics, options=options
-        )
+            of = f" of {', '.join(args.topics)}" if args.topics else ""
+            raise CommandError(f"group {args.group} has no committed offsets{of}")
+        topics = args.topics or sorted({source.topic for source in committed})
+        translation = await translate(args.bootstrap_servers, committed, topics, options=options)
         for (topic, partition), offset in sorted(translation.offsets.items()):
             print(f"{topic} {partition} {offset}")
         if not args.dry_run:
