@@ -12,7 +12,7 @@ import asyncio
 import logging
 import sys
 
-from aiokafka07.bridge import Bridge, key_before
+from aiokafka07.bridge import Bridge, BridgeMetrics, key_before
 
 
 async def main(zookeeper: str, bootstrap: str, topics: list[str], *, keyed: bool) -> None:
@@ -28,8 +28,8 @@ async def main(zookeeper: str, bootstrap: str, topics: list[str], *, keyed: bool
         consumer_options={"check_crcs": False},
     )
 
-    def note(stats: object) -> None:
-        sys.stdout.write(f"batch {bridge.stats.messages} {bridge.stats.skipped}\n")
+    def note(metrics: BridgeMetrics) -> None:
+        sys.stdout.write(f"batch {metrics.messages} {metrics.skipped}\n")
         sys.stdout.flush()
 
     await bridge.run(on_batch=note)

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import os
 import random
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -22,11 +23,15 @@ from pathlib import Path
 import pytest
 
 from aiokafka07 import SimpleConsumer
+from aiokafka07.bridge import Bridge, BridgeMetrics, key_before
+from aiokafka07.connection import BrokerAddress
 from aiokafka07.group import Consumer
 from aiokafka07.producer import Producer
 from aiokafka07.protocol import LATEST
+from aiokafka07.records import TopicPartition
 from aiokafka07.testing import KafkaCluster
-from aiokafka07.znodes import GroupRegistry
+from aiokafka07.testing.process import start_broker_process, stop_broker_process
+from aiokafka07.znodes import GroupRegistry, broker_path
 from aiokafka07.zookeeper import ZooKeeper
 
 from .wire import eventually
@@ -47,8 +52,9 @@ Copied = dict[str, list[tuple[int, bytes | None, bytes, int, object]]]
 
 
 @contextlib.asynccontextmanager
-async def mock_target(topics: list[str]) -> AsyncIterator[str]:
-    """The mock cluster in its own process, with ``topics``; yields its bootstrap."""
+async def mock_cluster(topics: list[str]) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """The mock cluster in its own process, with ``topics``; yields its bootstrap and
+    the process (:func:`set_broker` takes its brokers down and up)."""
     specs = [*topics, CHECKPOINTS]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -62,11 +68,28 @@ async def mock_target(topics: list[str]) -> AsyncIterator[str]:
         line = await asyncio.wait_for(process.stdout.readline(), 60)
         word, _, bootstrap = line.decode().strip().partition(" ")
         assert word == "ready", f"mock cluster did not start: {line!r}"
-        yield bootstrap
+        yield bootstrap, process
     finally:
         if process.returncode is None:
             process.kill()
         await asyncio.wait_for(process.wait(), 30)
+
+
+@contextlib.asynccontextmanager
+async def mock_target(topics: list[str]) -> AsyncIterator[str]:
+    """The mock cluster in its own process, with ``topics``; yields its bootstrap."""
+    async with mock_cluster(topics) as (bootstrap, _):
+        yield bootstrap
+
+
+async def set_broker(mock: asyncio.subprocess.Process, state: str, broker_id: int) -> None:
+    """Take a broker of the mock cluster ``down`` or bring it ``up``."""
+    assert mock.stdin is not None
+    assert mock.stdout is not None
+    mock.stdin.write(f"{state} {broker_id}\n".encode())
+    await mock.stdin.drain()
+    answer = await asyncio.wait_for(mock.stdout.readline(), 30)
+    assert answer == b"ok\n", answer
 
 
 async def start_bridge(
@@ -142,12 +165,12 @@ def read_target(bootstrap: str, topics: list[str]) -> Copied:
 
 
 async def produce(
-    zookeeper: str, topics: list[str], per_topic: int, keys: int
+    zookeeper: str, topics: list[str], per_topic: int, keys: int, *, start: int = 0
 ) -> dict[str, list[bytes]]:
     sent: dict[str, list[bytes]] = {t: [] for t in topics}
     async with Producer(zookeeper=zookeeper, compression="gzip", linger_ms=5) as producer:
         futures = []
-        for i in range(per_topic):
+        for i in range(start, start + per_topic):
             for topic in topics:
                 key = f"k{i % keys}"
                 value = f"{key}:{topic}:{i}".encode()
@@ -248,16 +271,100 @@ async def test_bridge_moves_200k_messages_exactly_once_through_two_sigkills(
     )
 
 
+async def test_bridge_copies_exactly_once_through_a_07_broker_restart(
+    zookeeper: str, tmp_path: Path
+) -> None:
+    """A 0.7 broker SIGKILLed while the bridge reads it and started again on its port:
+    the bridge's readers reconnect and continue from the position after the last
+    message they queued, and what is produced after the restart is copied too."""
+    topics = ["restarts"]
+    # A short ZooKeeper session: the killed broker's registration goes within 2 s.
+    settings = {"zk.sessiontimeout.ms": "2000"}
+    brokers: dict[int, tuple[asyncio.subprocess.Process, BrokerAddress]] = {}
+    try:
+        for broker_id in (0, 1):
+            brokers[broker_id] = await start_broker_process(
+                tmp_path / f"b{broker_id}",
+                broker_id=broker_id,
+                partitions=2,
+                zookeeper=zookeeper,
+                settings=settings,
+            )
+        async with mock_target(topics) as bootstrap:
+            sent = await produce(zookeeper, topics, 3000, keys=97)
+            bridge = await start_bridge(zookeeper, bootstrap, topics)
+            try:
+                await copied_beyond(bridge, 1000, 120)
+                process, address = brokers[1]
+                process.kill()
+                await process.wait()
+                async with ZooKeeper(zookeeper) as zk:
+                    assert await zk.wait_deleted(broker_path(1), 30), "registration stayed"
+                brokers[1] = await start_broker_process(
+                    tmp_path / "b1",
+                    broker_id=1,
+                    partitions=2,
+                    zookeeper=zookeeper,
+                    port=address.port,
+                    settings=settings,
+                )
+                more = await produce(zookeeper, topics, 3000, keys=97, start=3000)
+                sent["restarts"] += more["restarts"]
+                while True:
+                    copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                    if len(copied["restarts"]) >= 6000:
+                        break
+                    await copied_beyond(bridge, 0, 120)
+            finally:
+                bridge.send_signal(signal.SIGKILL)
+                await bridge.wait()
+            check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+    finally:
+        for process, _ in brokers.values():
+            await stop_broker_process(process)
+
+
+async def test_bridge_copies_exactly_once_through_target_broker_restarts(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """Each broker of the target in turn down for a second (connections closed, new ones
+    refused, its partitions and coordinator roles unavailable) and up again while the
+    bridge writes: everything arrives exactly once."""
+    topics = ["downtime"]
+    async with (
+        kafka_cluster(2, num_partitions=2) as _,
+        mock_cluster(topics) as (bootstrap, mock),
+    ):
+        sent = await produce(zookeeper, topics, 3000, keys=97)
+        bridge = await start_bridge(zookeeper, bootstrap, topics)
+        try:
+            await copied_beyond(bridge, 500, 120)
+            for broker_id in (1, 2, 3):
+                await set_broker(mock, "down", broker_id)
+                await asyncio.sleep(1.0)  # the outage (not a wait for an outcome)
+                await set_broker(mock, "up", broker_id)
+            more = await produce(zookeeper, topics, 3000, keys=97, start=3000)
+            sent["downtime"] += more["downtime"]
+            while True:
+                copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                if len(copied["downtime"]) >= 6000:
+                    break
+                await copied_beyond(bridge, 0, 120)
+        finally:
+            bridge.send_signal(signal.SIGKILL)
+            await bridge.wait()
+        check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+
+
 async def run_tool(*argv: str, timeout: float = 120) -> tuple[int, str]:
     return await run_tool_named("bridge", *argv, timeout=timeout)
 
 
-async def run_tool_named(command: str, *argv: str, timeout: float = 120) -> tuple[int, str]:
+async def run_tool_named(*argv: str, timeout: float = 120) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "aiokafka07",
-        command,
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -324,7 +431,7 @@ async def test_tool_stops_after_the_transaction_on_ctrl_c(
             "1000",
             "--consumer-option",
             "check_crcs=false",  # the mock cluster's control batches fail aiokafka's check
-            "--no-progress",
+            "--progress",  # lines (stderr is not a terminal)
             *topics,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -342,7 +449,10 @@ async def test_tool_stops_after_the_transaction_on_ctrl_c(
                 process.kill()
                 await process.wait()
         assert process.returncode == 0, err
-        assert b"bridged" in err, err
+        # The summary names the lag in total and per 0.7 broker-partition.
+        summary = err.decode().strip().splitlines()[-1]
+        assert re.match(r"bridged \d+ messages .*, lag ([\d.]+ (B|KiB|MiB)|\?): ", summary), err
+        assert re.search(r"clicks/[01]-[01] ", summary), summary
         copied = await asyncio.to_thread(read_target, bootstrap, topics)
         # A clean stop leaves whole transactions only: a multiple of the batch size or the
         # messages that were there (each transaction takes what is queued, up to 1000).
@@ -427,6 +537,64 @@ async def unconsumed_on_07(
     return values
 
 
+async def log_ends(cluster: KafkaCluster, topic: str) -> dict[TopicPartition, int]:
+    """The 0.7 log end of every broker-partition of ``topic``."""
+    ends = {}
+    for broker_id, broker in cluster.brokers.items():
+        async with SimpleConsumer(broker.host, broker.port, broker_id=broker_id) as c:
+            for partition in range(broker.config.num_partitions):
+                (end,) = await c.offsets_before(topic, partition, LATEST)
+                ends[TopicPartition(topic, broker_id, partition)] = end
+    return ends
+
+
+async def test_metrics_report_the_lag_of_every_broker_partition(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    topics = ["metered"]
+    async with kafka_cluster(2, num_partitions=2) as cluster, mock_target(topics) as bootstrap:
+        await produce(zookeeper, topics, 2000, keys=20)
+        ends = await log_ends(cluster, "metered")
+        bridge = Bridge(
+            zookeeper,
+            bootstrap,
+            topics,
+            name="metered",
+            key=key_before(b":"),
+            batch_size=100,
+            linger_ms=10,
+            lag_interval_ms=50,
+            consumer_options={"check_crcs": False},
+        )
+        seen: list[BridgeMetrics] = []
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(bridge.run(stop, on_batch=seen.append))
+        try:
+
+            async def caught_up() -> bool:
+                assert not task.done(), task
+                metrics = bridge.metrics
+                return metrics.messages == 2000 and metrics.lag_bytes == 0
+
+            await eventually(caught_up, timeout=120)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 60)
+        metrics = bridge.metrics
+        assert set(metrics.partitions) == set(ends)
+        for source, lag in metrics.partitions.items():
+            assert lag.log_end == ends[source], source
+            assert lag.position.offset == ends[source], source
+            assert lag.lag_bytes == 0, source
+        # On the way, each snapshot's lag was the log ends minus the copied offsets.
+        behind = [m for m in seen if m.lag_bytes]
+        assert behind, [m.lag_bytes for m in seen]
+        for snapshot in behind:
+            assert snapshot.lag_bytes == sum(
+                ends[s] - lag.position.offset for s, lag in snapshot.partitions.items()
+            )
+
+
 async def test_group_offsets_switch_over_without_loss_or_repeat(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
 ) -> None:
@@ -452,8 +620,9 @@ async def test_group_offsets_switch_over_without_loss_or_repeat(
                 bridge.send_signal(signal.SIGKILL)
                 await bridge.wait()
             status, out = await run_tool_named(
-                "bridge-offsets",
-                "-g",
+                "bridge",
+                "offsets",
+                "--group",
                 "app",
                 "-z",
                 zookeeper,
@@ -468,8 +637,9 @@ async def test_group_offsets_switch_over_without_loss_or_repeat(
         finally:
             await consumer.close(commit=False)
         status, out = await run_tool_named(
-            "bridge-offsets",
-            "-g",
+            "bridge",
+            "offsets",
+            "--group",
             "app",
             "-z",
             zookeeper,

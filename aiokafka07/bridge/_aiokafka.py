@@ -21,6 +21,7 @@ def load() -> Any:
         import aiokafka.admin
         import aiokafka.errors
         import aiokafka.partitioner
+        import aiokafka.record.default_records
         import aiokafka.structs
     except ImportError as exc:
         raise BridgeError(

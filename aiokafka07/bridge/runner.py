@@ -17,24 +17,24 @@ from ..simple import SimpleConsumer
 from ..supervisor import Supervisor
 from .mapping import KeyFunction
 from .mapping import Mapping as PartitionMapping
+from .metrics import BridgeMetrics, LogEnds, PartitionLag
 from .positions import Position, headers_for
 from .recovery import Checkpoint, Recovered, recover
 from .source import SourceMessage, SourceReaders
 from .target import OutRecord, TargetWriter
 
-__all__ = ["Bridge", "BridgeStats"]
+__all__ = ["Bridge"]
 
 log = logging.getLogger("aiokafka07.bridge")
 
 
 @dataclass
-class BridgeStats:
-    """What the bridge has done in this run (read by progress displays)."""
+class _Counts:
+    """What the bridge has done in this run (its :attr:`Bridge.metrics` read them)."""
 
     messages: int = 0
     bytes: int = 0
     transactions: int = 0
-    #: Messages found already copied at recovery and not written again.
     skipped: int = 0
     positions: dict[TopicPartition, Position] = field(default_factory=dict)
 
@@ -52,7 +52,8 @@ class Bridge:
     without a checkpoint begin: ``"earliest"`` or ``"latest"``. ``create_partitions``
     creates missing target topics with that many partitions (None: a missing topic is an
     error). ``producer_options`` / ``consumer_options`` are passed to aiokafka's producer /
-    consumer as they are.
+    consumer as they are. ``lag_interval_ms`` is how often the 0.7 log ends are read
+    for :attr:`metrics`.
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class Bridge:
         create_partitions: int | None = None,
         replication_factor: int = 1,
         request_timeout_ms: float = 30000.0,
+        lag_interval_ms: float = 1000.0,
         producer_options: Mapping[str, Any] | None = None,
         consumer_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -97,7 +99,25 @@ class Bridge:
         self.request_timeout_ms = request_timeout_ms
         self.producer_options = dict(producer_options or {})
         self.consumer_options = dict(consumer_options or {})
-        self.stats = BridgeStats()
+        self.lag_interval_ms = lag_interval_ms
+        self._counts = _Counts()
+        self._log_ends: dict[TopicPartition, int] = {}
+
+    @property
+    def metrics(self) -> BridgeMetrics:
+        """The counters of this run and the lag of every 0.7 broker-partition, as of
+        now (a snapshot)."""
+        counts, ends = self._counts, self._log_ends
+        return BridgeMetrics(
+            messages=counts.messages,
+            bytes=counts.bytes,
+            transactions=counts.transactions,
+            skipped=counts.skipped,
+            partitions={
+                source: PartitionLag(position, ends.get(source))
+                for source, position in counts.positions.items()
+            },
+        )
 
     def _chosen(self, registered: set[str]) -> list[str]:
         if self.topics:
@@ -111,11 +131,12 @@ class Bridge:
         self,
         stop: asyncio.Event | None = None,
         *,
-        on_batch: Callable[[BridgeStats], object] | None = None,
-    ) -> BridgeStats:
+        on_batch: Callable[[BridgeMetrics], object] | None = None,
+    ) -> BridgeMetrics:
         """Copy until ``stop`` is set (then end after the transaction in progress), or
         until something fails (a :class:`~aiokafka07.errors.BridgeError` or the 0.7
-        client's error). ``on_batch(stats)`` is called after each committed transaction."""
+        client's error). ``on_batch(metrics)`` is called after each committed
+        transaction. Returns the last :attr:`metrics`."""
         stop = stop or asyncio.Event()
         supervisor = Supervisor(f"bridge-{self.name}", log)
         try:
@@ -158,13 +179,22 @@ class Bridge:
                                 )
                             readers.start(source, brokers[source.broker_id], positions[source])
                     mappings = {t: PartitionMapping(sources[t], counts[t]) for t in topics}
+                    self._counts.positions = positions
+                    log_ends = LogEnds(supervisor, interval_ms=self.lag_interval_ms)
+                    self._log_ends = log_ends.ends
+                    log_ends.watch(
+                        {
+                            brokers[b]: [s for s in positions if s.broker_id == b]
+                            for b in {s.broker_id for s in positions}
+                        }
+                    )
                     log.info("copying %s from %d broker-partitions", topics, len(positions))
                     await self._copy(
                         writer, readers, recovered, positions, counts, mappings, stop, on_batch
                     )
         finally:
             await supervisor.aclose()
-        return self.stats
+        return self.metrics
 
     async def _target_partitions(self, writer: TargetWriter, topics: list[str]) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -208,12 +238,12 @@ class Bridge:
         counts: dict[str, int],
         mappings: Mapping[str, PartitionMapping],
         stop: asyncio.Event,
-        on_batch: Callable[[BridgeStats], object] | None,
+        on_batch: Callable[[BridgeMetrics], object] | None,
     ) -> None:
         written = recovered.written
         targets = dict(recovered.checkpoint.targets)
         targets.update(recovered.ends)
-        self.stats.positions = positions
+        stats = self._counts
         key_of = self.key
         while not stop.is_set():
             batch = await self._gather(readers, stop)
@@ -230,7 +260,7 @@ class Bridge:
                 if written:
                     done = written.get(where, {}).get(source)
                     if done is not None and position <= done:
-                        self.stats.skipped += 1
+                        stats.skipped += 1
                         continue
                 records.append(
                     OutRecord(
@@ -258,12 +288,12 @@ class Bridge:
                 records, self.checkpoint_topic, self.name.encode(), targets, encode
             )
             positions.update(after)
-            self.stats.messages += len(records)
-            self.stats.bytes += sum(len(r.value) for r in records)
-            self.stats.transactions += 1
+            stats.messages += len(records)
+            stats.bytes += sum(len(r.value) for r in records)
+            stats.transactions += 1
             if on_batch is not None:
                 try:
-                    on_batch(self.stats)
+                    on_batch(self.metrics)
                 except Exception:
                     log.exception("the bridge's on_batch callback failed")
 

@@ -123,6 +123,49 @@ class TargetWriter:
             await asyncio.wait_for(admin.close(), self.timeout)
         log.info("created topic %s on the target with %d partitions", topic, partitions)
 
+    async def _send(self, records: Sequence[OutRecord]) -> dict[tuple[str, int], int]:
+        """Send ``records`` in aiokafka batches (one ``send_batch`` per full batch, not a
+        ``send`` per record), in order per target partition, and wait for every
+        acknowledgement; return each target partition's offset after its last record.
+
+        aiokafka sends one batch of a partition at a time: a partition's next batch is
+        queued once the one before it is on its way, so the order (and the idempotent
+        producer's sequence) is the order of ``records``."""
+        producer = self._producer
+        by_partition: dict[tuple[str, int], list[OutRecord]] = {}
+        for record in records:
+            by_partition.setdefault((record.topic, record.partition), []).append(record)
+        limit = self._options.get("max_request_size", _MAX_REQUEST_SIZE)
+        estimate = _aiokafka.load().record.default_records.DefaultRecordBatchBuilder
+        sent: list[tuple[Any, int]] = []
+        for (topic, partition), partition_records in by_partition.items():
+            batch = producer.create_batch()
+            for record in partition_records:
+                size = estimate.estimate_size_in_bytes(record.key, record.value, record.headers)
+                if size > limit:
+                    raise _TooLarge(f"a record of {size} bytes over max_request_size ({limit})")
+                if (
+                    batch.append(
+                        key=record.key, value=record.value, timestamp=None, headers=record.headers
+                    )
+                    is None
+                ):
+                    full, batch = batch, producer.create_batch()
+                    future = await producer.send_batch(full, topic, partition=partition)
+                    sent.append((future, full.record_count()))
+                    batch.append(
+                        key=record.key, value=record.value, timestamp=None, headers=record.headers
+                    )
+            if batch.record_count():
+                future = await producer.send_batch(batch, topic, partition=partition)
+                sent.append((future, batch.record_count()))
+        ends: dict[tuple[str, int], int] = {}
+        results = await asyncio.gather(*(future for future, _ in sent))
+        for meta, (_, count) in zip(results, sent, strict=True):
+            where = (meta.topic, meta.partition)
+            ends[where] = max(ends.get(where, 0), meta.offset + count)
+        return ends
+
     async def write(
         self,
         records: Sequence[OutRecord],
@@ -142,22 +185,7 @@ class TargetWriter:
         aiokafka = _aiokafka.load()
         try:
             await asyncio.wait_for(producer.begin_transaction(), self.timeout)
-            futures = []
-            for record in records:
-                futures.append(
-                    await producer.send(
-                        record.topic,
-                        record.value,
-                        key=record.key,
-                        partition=record.partition,
-                        headers=record.headers,
-                    )
-                )
-            results = await asyncio.wait_for(asyncio.gather(*futures), self.timeout)
-            ends: dict[tuple[str, int], int] = {}
-            for meta in results:
-                where = (meta.topic, meta.partition)
-                ends[where] = max(ends.get(where, 0), meta.offset + 1)
+            ends = await asyncio.wait_for(self._send(records), self.timeout)
             merged = dict(checkpoint)
             merged.update(ends)
             sent = await producer.send(
@@ -165,7 +193,7 @@ class TargetWriter:
             )
             await asyncio.wait_for(sent, self.timeout)
             await asyncio.wait_for(producer.commit_transaction(), self.timeout)
-        except aiokafka.errors.MessageSizeTooLargeError as exc:
+        except (_TooLarge, aiokafka.errors.MessageSizeTooLargeError) as exc:
             raise BridgeError(
                 f"a record is too large for the target ({_describe(exc)}); raise the "
                 "target topic's max.message.bytes and the producer's max_request_size"
@@ -175,6 +203,14 @@ class TargetWriter:
                 f"target {self.bootstrap_servers}: transaction failed: {_describe(exc)}"
             ) from exc
         return merged
+
+
+#: aiokafka's default max_request_size: the largest record a request can carry.
+_MAX_REQUEST_SIZE = 1048576
+
+
+class _TooLarge(Exception):
+    """A record over the producer's max_request_size (reported as a BridgeError)."""
 
 
 async def _stop(producer: Any) -> None:

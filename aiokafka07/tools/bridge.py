@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import sys
 
-from ..bridge import Bridge, BridgeStats, key_before
+from ..bridge import Bridge, BridgeMetrics, key_before
 from ..errors import BridgeError
 from .common import (
     SECOND_CTRL_C,
@@ -21,6 +21,7 @@ from .common import (
     UsageError,
     add_progress_option,
     describe_exit_status,
+    human_bytes,
     positive_float,
     positive_int,
     stop_acknowledged,
@@ -32,7 +33,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Copy TOPICs (or the topics a --whitelist / --blacklist selects) from a 0.7 cluster "
         "into a modern Kafka cluster (0.11 and later) through aiokafka, exactly once: each "
         "batch is one transaction, and a restarted run continues where the last committed "
-        "one ended. Needs the bridge extra: pip install 'aiokafka07[bridge]'."
+        "one ended. Needs the bridge extra: pip install 'aiokafka07[bridge]'. "
+        "'aiokafka07 bridge offsets --group G' moves a 0.7 group's committed offsets to the "
+        "target (see its --help); a topic named 'offsets' is copied with "
+        "--whitelist offsets."
     )
     parser.add_argument("topics", nargs="*", metavar="TOPIC")
     parser.add_argument("--whitelist", metavar="REGEX", help="topics matching (whole names)")
@@ -127,6 +131,32 @@ def client_option(text: str) -> tuple[str, object]:
     return name, value
 
 
+#: Broker-partitions named in the progress line, most behind first.
+LAG_SHOWN = 4
+
+
+def lag_note(metrics: BridgeMetrics) -> str:
+    """``3 transactions, lag 12.0 KiB: orders/0-1 8.0 KiB, orders/1-0 4.0 KiB``: the
+    bytes of the 0.7 logs not copied yet, in total and for the broker-partitions most
+    behind (``?`` for one whose log end is not known yet)."""
+    lags = sorted(
+        metrics.partitions.items(),
+        key=lambda item: -1 if item[1].lag_bytes is None else item[1].lag_bytes,
+        reverse=True,
+    )
+    total = metrics.lag_bytes
+    parts = [
+        f"{source.topic}/{source.name} "
+        + ("?" if lag.lag_bytes is None else human_bytes(lag.lag_bytes))
+        for source, lag in lags[:LAG_SHOWN]
+    ]
+    more = f" (+{len(lags) - LAG_SHOWN} more)" if len(lags) > LAG_SHOWN else ""
+    head = (
+        f"{metrics.transactions} transactions, lag {'?' if total is None else human_bytes(total)}"
+    )
+    return f"{head}: {', '.join(parts)}{more}" if parts else head
+
+
 async def run(args: argparse.Namespace) -> int:
     if sum(bool(x) for x in (args.topics, args.whitelist, args.blacklist)) != 1:
         raise UsageError("give TOPICs, a --whitelist or a --blacklist (one of them)")
@@ -152,16 +182,12 @@ async def run(args: argparse.Namespace) -> int:
         )
     except BridgeError as exc:
         raise UsageError(str(exc)) from None
-    progress = Progress(
-        "bridged",
-        enabled=args.progress,
-        detail=lambda: f"{bridge.stats.transactions} transactions",
-    )
-    seen = BridgeStats()
+    progress = Progress("bridged", enabled=args.progress, detail=lambda: lag_note(bridge.metrics))
+    seen = [0, 0]
 
-    def on_batch(stats: BridgeStats) -> None:
-        progress.add(stats.messages - seen.messages, stats.bytes - seen.bytes)
-        seen.messages, seen.bytes = stats.messages, stats.bytes
+    def on_batch(metrics: BridgeMetrics) -> None:
+        progress.add(metrics.messages - seen[0], metrics.bytes - seen[1])
+        seen[:] = metrics.messages, metrics.bytes
 
     stop = asyncio.Event()
     async with progress:
@@ -178,5 +204,5 @@ async def run(args: argparse.Namespace) -> int:
         except BridgeError as exc:
             raise CommandError(str(exc)) from exc
     if not args.quiet:
-        print(progress.summary(), file=sys.stderr, flush=True)
+        print(f"{progress.summary()}; {lag_note(bridge.metrics)}", file=sys.stderr, flush=True)
     return 0
