@@ -7,6 +7,7 @@ aiokafka is a :class:`~aiokafka07.errors.BridgeError` naming the extra to instal
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..errors import BridgeError
@@ -30,11 +31,15 @@ def load() -> Any:
     return aiokafka
 
 
+@functools.cache
+def _murmur2() -> Any:
+    return load().partitioner.murmur2
+
+
 def murmur2_partition(key: bytes, num_partitions: int) -> int:
     """The partition Java's DefaultPartitioner (and aiokafka's) gives a keyed record:
     ``toPositive(murmur2(key)) % num_partitions``."""
-    murmur2: Any = load().partitioner.murmur2
-    return (int(murmur2(key)) & 0x7FFFFFFF) % num_partitions
+    return (int(_murmur2()(key)) & 0x7FFFFFFF) % num_partitions
 
 
 async def partitions_of(client: Any, topic: str) -> set[int] | None:

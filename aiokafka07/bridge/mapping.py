@@ -48,17 +48,27 @@ def key_before(separator: bytes) -> KeyFunction:
 class Mapping:
     """Target partitions for one topic (see the module docstring)."""
 
-    __slots__ = ("_index", "num_partitions")
+    __slots__ = ("_index", "_keys", "num_partitions")
+
+    #: Keys whose partition is remembered (aiokafka's murmur2 is pure Python: a few
+    #: microseconds a key); the memory is emptied when it holds this many.
+    MAX_REMEMBERED = 65536
 
     def __init__(self, sources: Sequence[TopicPartition], num_partitions: int) -> None:
         if num_partitions < 1:
             raise ValueError(f"a target topic needs partitions, not {num_partitions}")
         self.num_partitions = num_partitions
         self._index = {source: i for i, source in enumerate(sorted(sources))}
+        self._keys: dict[bytes, int] = {}
 
     def partition(self, key: bytes | None, source: TopicPartition) -> int:
         if key is not None:
-            return murmur2_partition(key, self.num_partitions)
+            partition = self._keys.get(key)
+            if partition is None:
+                if len(self._keys) >= self.MAX_REMEMBERED:
+                    self._keys.clear()
+                partition = self._keys[key] = murmur2_partition(key, self.num_partitions)
+            return partition
         index = self._index.get(source)
         if index is None:  # a broker-partition that appeared after the start
             return murmur2_partition(source.name.encode("ascii"), self.num_partitions)

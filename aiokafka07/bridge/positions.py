@@ -17,6 +17,7 @@ Every record the bridge writes carries three headers (ASCII):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -79,13 +80,19 @@ class PositionTracker:
         return self.current
 
 
+@functools.lru_cache(maxsize=4096)
+def _source_headers(source: TopicPartition) -> tuple[tuple[str, bytes], tuple[str, bytes]]:
+    return (HEADER_TOPIC, source.topic.encode("utf-8")), (
+        HEADER_PARTITION,
+        source.name.encode("ascii"),
+    )
+
+
 def headers_for(source: TopicPartition, position: Position) -> list[tuple[str, bytes]]:
-    """The headers of a record copied from ``source``, ending at ``position``."""
-    return [
-        (HEADER_TOPIC, source.topic.encode("utf-8")),
-        (HEADER_PARTITION, source.name.encode("ascii")),
-        (HEADER_POSITION, position.encode()),
-    ]
+    """The headers of a record copied from ``source``, ending at ``position`` (the
+    first two, the same for every record of a broker-partition, made once)."""
+    topic, partition = _source_headers(source)
+    return [topic, partition, (HEADER_POSITION, b"%d:%d" % position)]
 
 
 def source_of(

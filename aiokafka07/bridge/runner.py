@@ -81,6 +81,8 @@ class Bridge:
             raise BridgeError("name the topics, or give a whitelist or a blacklist (one of them)")
         if start not in ("earliest", "latest"):
             raise BridgeError(f"start must be 'earliest' or 'latest', not {start!r}")
+        if not lag_interval_ms > 0:
+            raise BridgeError(f"lag_interval_ms must be above 0, not {lag_interval_ms}")
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name):
             raise BridgeError(f"bridge name {name!r}: letters, digits, '.', '_', '-' only")
         self.zookeeper = zookeeper

@@ -86,6 +86,7 @@ class CliHelp(SphinxDirective):
     """```` ```{cli-help} COMMAND ````: the command's ``--help``."""
 
     optional_arguments = 1
+    final_argument_whitespace = True  # a subcommand: bridge offsets
     has_content = False
 
     def run(self) -> list[nodes.Node]:
