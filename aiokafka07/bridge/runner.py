@@ -103,6 +103,8 @@ class Bridge:
         self.consumer_options = dict(consumer_options or {})
         self.lag_interval_ms = lag_interval_ms
         self._counts = _Counts()
+        #: Messages gathered past a transaction's batch_size, first in the next one.
+        self._carry: list[SourceMessage] = []
         self._log_ends: dict[TopicPartition, int] = {}
 
     @property
@@ -140,6 +142,7 @@ class Bridge:
         client's error). ``on_batch(metrics)`` is called after each committed
         transaction. Returns the last :attr:`metrics`."""
         stop = stop or asyncio.Event()
+        self._carry = []
         supervisor = Supervisor(f"bridge-{self.name}", log)
         try:
             async with ZooKeeperCluster(self.zookeeper) as cluster:
@@ -167,7 +170,9 @@ class Bridge:
                         options=self.consumer_options,
                     )
                     self._check_counts(recovered.checkpoint, counts)
-                    readers = SourceReaders(supervisor, queue_size=max(1000, 2 * self.batch_size))
+                    readers = SourceReaders(
+                        supervisor, queue_size=max(4, 2 * sum(map(len, sources.values())))
+                    )
                     positions = dict(recovered.checkpoint.positions)
                     for topic in topics:
                         for source in sources[topic]:
@@ -300,33 +305,40 @@ class Bridge:
                     log.exception("the bridge's on_batch callback failed")
 
     async def _gather(self, readers: SourceReaders, stop: asyncio.Event) -> list[SourceMessage]:
-        """Up to batch_size messages: waits for the first (until stop or a reader
-        fails), then lingers for more."""
+        """Up to batch_size messages: waits for the first fetch (until stop or a reader
+        fails), then lingers for more; what a fetch brings past batch_size is carried
+        to the next call."""
         queue = readers.queue
-        batch: list[SourceMessage] = []
+        batch, self._carry = self._carry, []
         if stop.is_set():
-            return batch
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(readers.failed.wait())]
-        try:
-            while queue.empty() and not stop.is_set() and not readers.failed.is_set():
-                getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait([getter, *waits], return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    batch.append(getter.result())
-                    break
-                getter.cancel()
-                if getter.done() and not getter.cancelled():
-                    batch.append(getter.result())
-        finally:
-            for w in waits:
-                w.cancel()
-        if not batch and queue.empty():
-            return batch
+            return []
+        if not batch:
+            waits = [
+                asyncio.ensure_future(stop.wait()),
+                asyncio.ensure_future(readers.failed.wait()),
+            ]
+            try:
+                while queue.empty() and not stop.is_set() and not readers.failed.is_set():
+                    getter = asyncio.ensure_future(queue.get())
+                    done, _ = await asyncio.wait(
+                        [getter, *waits], return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if getter in done:
+                        batch.extend(getter.result())
+                        break
+                    getter.cancel()
+                    if getter.done() and not getter.cancelled():
+                        batch.extend(getter.result())
+            finally:
+                for w in waits:
+                    w.cancel()
+            if not batch and queue.empty():
+                return batch
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.linger
         while len(batch) < self.batch_size:
             try:
-                batch.append(queue.get_nowait())
+                batch.extend(queue.get_nowait())
                 continue
             except asyncio.QueueEmpty:
                 pass
@@ -334,7 +346,9 @@ class Bridge:
             if remaining <= 0 or stop.is_set():
                 break
             try:
-                batch.append(await asyncio.wait_for(queue.get(), remaining))
+                batch.extend(await asyncio.wait_for(queue.get(), remaining))
             except asyncio.TimeoutError:
                 break
+        if len(batch) > self.batch_size:
+            batch, self._carry = batch[: self.batch_size], batch[self.batch_size :]
         return batch

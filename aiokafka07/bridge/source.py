@@ -2,7 +2,9 @@
 
 One :class:`~aiokafka07.simple.SimpleConsumer` iteration per broker-partition
 (:meth:`~aiokafka07.simple.SimpleConsumer.messages`, polling when caught up), each in a
-task of the bridge's supervisor, all feeding one bounded queue of :class:`SourceMessage`.
+task of the bridge's supervisor, all feeding one bounded queue: each item is the
+messages of one fetch of one broker-partition (a list of :class:`SourceMessage`, in
+order), so a message costs no queue operation of its own.
 A reader whose broker goes away is restarted (bounded, with the library's backoff) from
 the position after the last message it queued, so a 0.7 broker restart loses and repeats
 nothing; after its restarts are used up the bridge fails with the last error.
@@ -37,19 +39,21 @@ class SourceMessage(NamedTuple):
 
 
 class SourceReaders:
-    """Readers of broker-partitions feeding :attr:`queue` (owned by ``supervisor``)."""
+    """Readers of broker-partitions feeding :attr:`queue` (owned by ``supervisor``);
+    ``queue_size`` bounds the fetches waiting in it (each at most ``fetch_size`` bytes
+    of message sets)."""
 
     def __init__(
         self,
         supervisor: Supervisor,
         *,
-        queue_size: int = 10000,
+        queue_size: int = 16,
         poll_interval_ms: float = 200.0,
         fetch_size: int = 1024 * 1024,
         max_restarts: int = 10,
     ) -> None:
         self.supervisor = supervisor
-        self.queue: asyncio.Queue[SourceMessage] = asyncio.Queue(queue_size)
+        self.queue: asyncio.Queue[list[SourceMessage]] = asyncio.Queue(queue_size)
         self.poll_interval_ms = poll_interval_ms
         self.fetch_size = fetch_size
         self.max_restarts = max_restarts
@@ -87,16 +91,19 @@ class SourceReaders:
         async with SimpleConsumer(
             address.host, address.port, broker_id=address.broker_id, fetch_size=self.fetch_size
         ) as consumer:
-            messages = consumer.messages(
+            fetches = consumer.batches(
                 source.topic,
                 source.partition,
                 start.offset,
                 poll_interval_ms=self.poll_interval_ms,
             )
-            async with contextlib.aclosing(messages):
-                async for record in messages:
-                    if skip:
-                        skip -= 1
-                        continue
-                    position = tracker.after(record)
-                    await self.queue.put(SourceMessage(source, record, position))
+            async with contextlib.aclosing(fetches):
+                async for fetched in fetches:
+                    chunk = []
+                    for record in fetched.messages:
+                        if skip:
+                            skip -= 1
+                            continue
+                        chunk.append(SourceMessage(source, record, tracker.after(record)))
+                    if chunk:
+                        await self.queue.put(chunk)
