@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-__all__ = ["COMMANDS", "command_parser", "main", "top_parser"]
+__all__ = ["COMMANDS", "SUBCOMMANDS", "command_names", "command_parser", "main", "top_parser"]
 
 #: Command name → (module, one-line help). Adding a command is adding a line here.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -60,6 +60,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "check every partition is owned by the right live member",
     ),
     "mirror": ("aiokafka07.tools.mirror", "copy topics to another cluster, compressed sets kept"),
+    "bridge": (
+        "aiokafka07.tools.bridge",
+        "copy topics into a modern Kafka cluster (aiokafka), exactly once",
+    ),
     "replay-log": (
         "aiokafka07.tools.replay_log",
         "send a topic's messages again, to another topic",
@@ -79,13 +83,41 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("aiokafka07.demo", "a whole pipeline, Spark included, on a throw-away cluster"),
 }
 
+#: Command → subcommand → (module, one-line help): ``aiokafka07 bridge offsets`` runs
+#: the subcommand's module; the command without one of these words runs its own.
+SUBCOMMANDS: dict[str, dict[str, tuple[str, str]]] = {
+    "bridge": {
+        "offsets": (
+            "aiokafka07.tools.bridge_offsets",
+            "move a 0.7 group's committed offsets to the bridge's target cluster",
+        ),
+    },
+}
+
 PROG = "aiokafka07"
+
+
+def command_names() -> list[str]:
+    """Every command and subcommand (``"bridge offsets"``), as :func:`command_parser`
+    takes them."""
+    names = []
+    for command in COMMANDS:
+        names.append(command)
+        names.extend(f"{command} {sub}" for sub in SUBCOMMANDS.get(command, {}))
+    return names
+
+
+def _entry(name: str) -> tuple[str, str]:
+    """The module and help of a command or subcommand (``"bridge offsets"``)."""
+    command, _, sub = name.partition(" ")
+    return SUBCOMMANDS[command][sub] if sub else COMMANDS[command]
 
 
 def top_parser() -> argparse.ArgumentParser:
     """The parser of ``aiokafka07`` itself (its ``--help`` lists the commands)."""
-    width = max(map(len, COMMANDS)) + 2
-    listing = "\n".join(f"  {name:<{width}}{help_}" for name, (_, help_) in COMMANDS.items())
+    names = command_names()
+    width = max(map(len, names)) + 2
+    listing = "\n".join(f"  {name:<{width}}{_entry(name)[1]}" for name in names)
     parser = argparse.ArgumentParser(
         prog=PROG,
         usage=f"{PROG} [--debug] COMMAND [ARGS...]",
@@ -133,6 +165,10 @@ def _configure_logging(command: str, debug: bool, verbose: bool, level: int) -> 
         # aiozk logs tracebacks for every failed connection attempt; our ZooKeeper layer
         # reports connection trouble and expiry in one line of its own.
         logging.getLogger("aiozk").setLevel(logging.CRITICAL)
+    if not (debug or verbose):
+        # aiokafka (the bridge's target client) logs every failed connection attempt at
+        # ERROR; the bridge reports the outcome in one line of its own.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,7 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), len(argv))
     top = top_parser().parse_args(argv[: split + 1])
     name: str = top.command
-    module: Any = importlib.import_module(COMMANDS[name][0])
+    # A subcommand is the word right after its command (``bridge offsets --group G``).
+    if split + 1 < len(argv) and argv[split + 1] in SUBCOMMANDS.get(name, {}):
+        name = f"{name} {argv[split + 1]}"
+        split += 1
+    module: Any = importlib.import_module(_entry(name)[0])
     parser = command_parser(name)
     # Intermixed: positionals may follow options (``produce TOPIC --zookeeper ZK FILE``);
     # plain parse_args would give the optional FILE to nobody and refuse it.
@@ -157,9 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def command_parser(name: str) -> argparse.ArgumentParser:
     """The parser of ``aiokafka07 <name>`` as the command runs it: the options every
     command has, then the command module's own. The documentation renders each
-    command's ``--help`` from here, so the two cannot drift apart."""
-    module: Any = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=COMMANDS[name][1])
+    command's ``--help`` from here, so the two cannot drift apart. ``name`` may be a
+    subcommand: ``"bridge offsets"``."""
+    module_name, help_ = _entry(name)
+    module: Any = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=help_)
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show the library's warnings (retries)"

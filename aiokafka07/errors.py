@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "BridgeError",
     "BrokerError",
     "CommitFailedError",
     "CompressionError",
@@ -295,6 +296,12 @@ class DeserializationError(KafkaError):
     def __init__(self, message: str, *, record: Any) -> None:
         super().__init__(message)
         self.record = record
+
+
+class BridgeError(KafkaError):
+    """The bridge to a modern Kafka cluster (:mod:`aiokafka07.bridge`) cannot go on: the
+    target is unreachable or refuses (a missing topic, a record too large, a fenced
+    producer), or what it holds contradicts the bridge's record of its positions."""
 
 
 class ZooKeeperError(KafkaError):

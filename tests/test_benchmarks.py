@@ -208,6 +208,19 @@ def test_hostile_benchmark_reports_bomb_snappy_and_mid_message_figures() -> None
         assert case["requests"]["median"] > 0, name
 
 
+def test_bridge_benchmark_reports_ratios_to_both_floors() -> None:
+    pytest.importorskip("aiokafka", reason="the bridge extra (aiokafka) is not installed")
+    pytest.importorskip("confluent_kafka", reason="confluent-kafka (the mock cluster) is missing")
+    figures = run_json(
+        "bench_bridge.py", "--messages", "8000", "--rounds", "2", "--batch-size", "2000"
+    )
+    assert figures["messages"] == 8000
+    for name in ("bridge_over_read_floor", "bridge_over_produce_floor"):
+        assert figures[name]["min"] <= figures[name]["median"] <= figures[name]["max"]
+        assert figures[name]["median"] > 0
+    assert set(figures["rates"]) == {"read_floor", "produce_floor", "bridge"}
+
+
 def test_exporter_benchmark_reports_scrape_floor_and_ratio() -> None:
     figures = run_json(
         "bench_exporter.py", "--partitions", "5", "--topics", "2", "--groups", "3",

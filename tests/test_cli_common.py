@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from aiokafka07.cli import COMMANDS, command_parser
+from aiokafka07.cli import COMMANDS, SUBCOMMANDS, command_names, command_parser
 
 #: Short ZooKeeper connect timeout for unreachable-server cases (seconds).
 ZK_TIMEOUT = "0.5"
@@ -93,8 +93,9 @@ async def test_help_lists_every_command_and_each_command_has_help() -> None:
     assert code == 0
     for name in COMMANDS:
         assert re.search(rf"^\s+{name}\s", out.decode(), re.MULTILINE), name
-    results = await asyncio.gather(*(run_cli(name, "--help") for name in COMMANDS))
-    for name, (code, out, err) in zip(COMMANDS, results, strict=True):
+    names = command_names()
+    results = await asyncio.gather(*(run_cli(*name.split(), "--help") for name in names))
+    for name, (code, out, err) in zip(names, results, strict=True):
         assert code == 0, err
         assert out.decode().startswith(f"usage: aiokafka07 {name}"), out
         # README: every command's help ends with its exit statuses.
@@ -129,11 +130,17 @@ def _statuses_returned(module: object) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
+def command_parser_module(name: str) -> str:
+    """The module of a command or subcommand (``"bridge offsets"``)."""
+    command, _, sub = name.partition(" ")
+    return SUBCOMMANDS[command][sub][0] if sub else COMMANDS[command][0]
+
+
+@pytest.mark.parametrize("name", command_names())
 def test_every_help_lists_exactly_the_exit_statuses_its_command_has(name: str) -> None:
     """The section cannot drift: it lists what ``run`` returns, plus the dispatcher's own
     1 (an error), 2 (bad arguments) and 130 (Ctrl-C), and nothing else."""
-    module = importlib.import_module(COMMANDS[name][0])
+    module = importlib.import_module(command_parser_module(name))
     parser = command_parser(name)
     epilog = parser.epilog or ""
     assert epilog.startswith("exit status:\n"), f"{name}: no exit status section"

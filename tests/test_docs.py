@@ -92,8 +92,9 @@ def test_every_public_name_has_a_reference_entry(site: Path) -> None:
 
 
 def test_each_console_tool_has_a_page_with_its_help(site: Path) -> None:
-    for command in cli.COMMANDS:
-        page = (site / "tools" / f"{command}.html").read_text()
+    for command in cli.command_names():
+        # A subcommand is documented on its command's page (bridge offsets: bridge.html).
+        page = (site / "tools" / f"{command.split()[0]}.html").read_text()
         usage = html.escape(f"usage: aiokafka07 {command}", quote=False)
         assert usage in page, command
     assert "usage: aiokafka07 [--debug] COMMAND" in (site / "tools" / "index.html").read_text()

@@ -5,8 +5,10 @@ Three jobs, each so that the site cannot drift from the code:
 ``cli-help`` directive
     ```` ```{cli-help} produce ```` renders ``aiokafka07 produce --help`` from the parser
     the command itself uses (:func:`aiokafka07.cli.command_parser`), at a fixed width;
-    without an argument, ``aiokafka07 --help``. Every command of
-    :data:`aiokafka07.cli.COMMANDS` must have a page with one, or the build warns.
+    without an argument, ``aiokafka07 --help``; ```` ```{cli-help} bridge offsets ````
+    renders a subcommand's. Every command of :data:`aiokafka07.cli.COMMANDS` and every
+    subcommand of :data:`aiokafka07.cli.SUBCOMMANDS` must have a page with one, or the
+    build warns.
 
 References
     The docstrings are reStructuredText with Sphinx roles (``:class:`Producer```,
@@ -84,14 +86,17 @@ class CliHelp(SphinxDirective):
     """```` ```{cli-help} COMMAND ````: the command's ``--help``."""
 
     optional_arguments = 1
+    final_argument_whitespace = True  # a subcommand: bridge offsets
     has_content = False
 
     def run(self) -> list[nodes.Node]:
         from aiokafka07 import cli
 
         command = self.arguments[0] if self.arguments else None
-        if command is not None and command not in cli.COMMANDS:
-            raise self.error(f"cli-help: no command {command!r} in aiokafka07.cli.COMMANDS")
+        if command is not None and command not in cli.command_names():
+            raise self.error(
+                f"cli-help: no command {command!r} in aiokafka07.cli.COMMANDS or SUBCOMMANDS"
+            )
         text = cli_help(command)
         block = nodes.literal_block(text, text)
         block["language"] = "text"
@@ -340,7 +345,7 @@ def _check_consistency(app: Sphinx, env: BuildEnvironment) -> None:
     from aiokafka07 import cli
 
     pages = _cli_pages(env)
-    for command in cli.COMMANDS:
+    for command in cli.command_names():
         if command not in pages:
             logger.warning(
                 "console tool %r has no page: add one with ```{cli-help} %s``` "

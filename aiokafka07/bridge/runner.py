@@ -1,0 +1,354 @@
+"""The bridge's run loop: recover, then copy batch after batch, one transaction each."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cluster import ZooKeeperCluster
+from ..errors import BridgeError
+from ..protocol import EARLIEST, LATEST
+from ..records import TopicPartition
+from ..simple import SimpleConsumer
+from ..supervisor import Supervisor
+from .mapping import KeyFunction
+from .mapping import Mapping as PartitionMapping
+from .metrics import BridgeMetrics, LogEnds, PartitionLag
+from .positions import Position, headers_for
+from .recovery import Checkpoint, Recovered, recover
+from .source import SourceMessage, SourceReaders
+from .target import OutRecord, TargetWriter
+
+__all__ = ["Bridge"]
+
+log = logging.getLogger("aiokafka07.bridge")
+
+
+@dataclass
+class _Counts:
+    """What the bridge has done in this run (its :attr:`Bridge.metrics` read them)."""
+
+    messages: int = 0
+    bytes: int = 0
+    transactions: int = 0
+    skipped: int = 0
+    positions: dict[TopicPartition, Position] = field(default_factory=dict)
+
+
+class Bridge:
+    """Copies 0.7 topics into a modern Kafka cluster, exactly once (see
+    :mod:`aiokafka07.bridge`).
+
+    ``zookeeper`` is the 0.7 cluster's connect string, ``bootstrap_servers`` the target's.
+    ``topics`` names the topics, or ``whitelist`` / ``blacklist`` (regular expressions,
+    matched against whole names) selects them among those registered. ``name`` identifies
+    the bridge on the target: its transactional id is ``aiokafka07-bridge-<name>`` and its
+    checkpoints are records with key ``name`` in ``checkpoint_topic``. ``key`` extracts a
+    record key from each message (default: no key). ``start`` is where broker-partitions
+    without a checkpoint begin: ``"earliest"`` or ``"latest"``. ``create_partitions``
+    creates missing target topics with that many partitions (None: a missing topic is an
+    error). ``producer_options`` / ``consumer_options`` are passed to aiokafka's producer /
+    consumer as they are. ``lag_interval_ms`` is how often the 0.7 log ends are read
+    for :attr:`metrics`.
+    """
+
+    def __init__(
+        self,
+        zookeeper: str,
+        bootstrap_servers: str,
+        topics: Sequence[str] = (),
+        *,
+        whitelist: str | None = None,
+        blacklist: str | None = None,
+        name: str = "bridge",
+        key: KeyFunction | None = None,
+        start: str = "earliest",
+        checkpoint_topic: str = "aiokafka07-bridge-checkpoints",
+        batch_size: int = 10000,
+        linger_ms: float = 100.0,
+        create_partitions: int | None = None,
+        replication_factor: int = 1,
+        request_timeout_ms: float = 30000.0,
+        lag_interval_ms: float = 1000.0,
+        producer_options: Mapping[str, Any] | None = None,
+        consumer_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if bool(topics) + (whitelist is not None) + (blacklist is not None) != 1:
+            raise BridgeError("name the topics, or give a whitelist or a blacklist (one of them)")
+        if start not in ("earliest", "latest"):
+            raise BridgeError(f"start must be 'earliest' or 'latest', not {start!r}")
+        if not lag_interval_ms > 0:
+            raise BridgeError(f"lag_interval_ms must be above 0, not {lag_interval_ms}")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name):
+            raise BridgeError(f"bridge name {name!r}: letters, digits, '.', '_', '-' only")
+        self.zookeeper = zookeeper
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = list(topics)
+        self.whitelist = re.compile(whitelist) if whitelist is not None else None
+        self.blacklist = re.compile(blacklist) if blacklist is not None else None
+        self.name = name
+        self.key = key
+        self.start = start
+        self.checkpoint_topic = checkpoint_topic
+        self.batch_size = batch_size
+        self.linger = linger_ms / 1000
+        self.create_partitions = create_partitions
+        self.replication_factor = replication_factor
+        self.request_timeout_ms = request_timeout_ms
+        self.producer_options = dict(producer_options or {})
+        self.consumer_options = dict(consumer_options or {})
+        self.lag_interval_ms = lag_interval_ms
+        self._counts = _Counts()
+        #: Messages gathered past a transaction's batch_size, first in the next one.
+        self._carry: list[SourceMessage] = []
+        self._log_ends: dict[TopicPartition, int] = {}
+
+    @property
+    def metrics(self) -> BridgeMetrics:
+        """The counters of this run and the lag of every 0.7 broker-partition, as of
+        now (a snapshot)."""
+        counts, ends = self._counts, self._log_ends
+        return BridgeMetrics(
+            messages=counts.messages,
+            bytes=counts.bytes,
+            transactions=counts.transactions,
+            skipped=counts.skipped,
+            partitions={
+                source: PartitionLag(position, ends.get(source))
+                for source, position in counts.positions.items()
+            },
+        )
+
+    def _chosen(self, registered: set[str]) -> list[str]:
+        if self.topics:
+            return sorted(self.topics)
+        if self.whitelist is not None:
+            return sorted(t for t in registered if self.whitelist.fullmatch(t))
+        assert self.blacklist is not None
+        return sorted(t for t in registered if not self.blacklist.fullmatch(t))
+
+    async def run(
+        self,
+        stop: asyncio.Event | None = None,
+        *,
+        on_batch: Callable[[BridgeMetrics], object] | None = None,
+    ) -> BridgeMetrics:
+        """Copy until ``stop`` is set (then end after the transaction in progress), or
+        until something fails (a :class:`~aiokafka07.errors.BridgeError` or the 0.7
+        client's error). ``on_batch(metrics)`` is called after each committed
+        transaction. Returns the last :attr:`metrics`."""
+        stop = stop or asyncio.Event()
+        self._carry = []
+        supervisor = Supervisor(f"bridge-{self.name}", log)
+        try:
+            async with ZooKeeperCluster(self.zookeeper) as cluster:
+                topics = self._chosen(cluster.topics())
+                if not topics:
+                    raise BridgeError("no 0.7 topic matches")
+                sources = {
+                    t: [TopicPartition(t, b, p) for b, p in cluster.partitions(t)] for t in topics
+                }
+                brokers = cluster.brokers
+                async with TargetWriter(
+                    self.bootstrap_servers,
+                    f"aiokafka07-bridge-{self.name}",
+                    request_timeout_ms=self.request_timeout_ms,
+                    options=self.producer_options,
+                ) as writer:
+                    counts = await self._target_partitions(writer, topics)
+                    log.info("target partitions: %s", counts)
+                    recovered = await recover(
+                        self.bootstrap_servers,
+                        self.checkpoint_topic,
+                        self.name.encode(),
+                        counts,
+                        request_timeout_ms=self.request_timeout_ms,
+                        options=self.consumer_options,
+                    )
+                    self._check_counts(recovered.checkpoint, counts)
+                    readers = SourceReaders(
+                        supervisor, queue_size=max(4, 2 * sum(map(len, sources.values())))
+                    )
+                    positions = dict(recovered.checkpoint.positions)
+                    for topic in topics:
+                        for source in sources[topic]:
+                            if source.broker_id not in brokers:
+                                raise BridgeError(
+                                    f"broker {source.broker_id} of {topic} is not registered"
+                                )
+                            if source not in positions:
+                                positions[source] = await self._first_position(
+                                    source, brokers[source.broker_id]
+                                )
+                            readers.start(source, brokers[source.broker_id], positions[source])
+                    mappings = {t: PartitionMapping(sources[t], counts[t]) for t in topics}
+                    self._counts.positions = positions
+                    log_ends = LogEnds(supervisor, interval_ms=self.lag_interval_ms)
+                    self._log_ends = log_ends.ends
+                    log_ends.watch(
+                        {
+                            brokers[b]: [s for s in positions if s.broker_id == b]
+                            for b in {s.broker_id for s in positions}
+                        }
+                    )
+                    log.info("copying %s from %d broker-partitions", topics, len(positions))
+                    await self._copy(
+                        writer, readers, recovered, positions, counts, mappings, stop, on_batch
+                    )
+        finally:
+            await supervisor.aclose()
+        return self.metrics
+
+    async def _target_partitions(self, writer: TargetWriter, topics: list[str]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for topic in topics:
+            count = await writer.partition_count(topic)
+            if count is None:
+                if self.create_partitions is None:
+                    raise BridgeError(
+                        f"topic {topic} does not exist on the target (create it, or let the "
+                        "bridge create it with a partition count)"
+                    )
+                await writer.create_topic(topic, self.create_partitions, self.replication_factor)
+                count = await writer.partition_count(topic)
+                if count is None:
+                    raise BridgeError(f"topic {topic} was created but the target does not show it")
+            counts[topic] = count
+        return counts
+
+    @staticmethod
+    def _check_counts(checkpoint: Checkpoint, counts: Mapping[str, int]) -> None:
+        for topic, count in counts.items():
+            before = checkpoint.partitions.get(topic)
+            if before is not None and before != count:
+                raise BridgeError(
+                    f"target topic {topic} has {count} partitions, the bridge mapped keys to "
+                    f"{before}: changing the count would move keys between partitions"
+                )
+
+    async def _first_position(self, source: TopicPartition, address: Any) -> Position:
+        when = EARLIEST if self.start == "earliest" else LATEST
+        async with SimpleConsumer(address.host, address.port, broker_id=address.broker_id) as c:
+            offsets = await c.offsets_before(source.topic, source.partition, when)
+        return Position(offsets[0] if offsets else 0, 0)
+
+    async def _copy(
+        self,
+        writer: TargetWriter,
+        readers: SourceReaders,
+        recovered: Recovered,
+        positions: dict[TopicPartition, Position],
+        counts: dict[str, int],
+        mappings: Mapping[str, PartitionMapping],
+        stop: asyncio.Event,
+        on_batch: Callable[[BridgeMetrics], object] | None,
+    ) -> None:
+        written = recovered.written
+        targets = dict(recovered.checkpoint.targets)
+        targets.update(recovered.ends)
+        stats = self._counts
+        key_of = self.key
+        while not stop.is_set():
+            batch = await self._gather(readers, stop)
+            if readers.failure is not None:
+                raise readers.failure
+            if not batch:
+                continue
+            records: list[OutRecord] = []
+            for message in batch:
+                source, record, position = message
+                key = key_of(record.value) if key_of is not None else None
+                partition = mappings[source.topic].partition(key, source)
+                where = (source.topic, partition)
+                if written:
+                    done = written.get(where, {}).get(source)
+                    if done is not None and position <= done:
+                        stats.skipped += 1
+                        continue
+                records.append(
+                    OutRecord(
+                        source.topic, partition, key, record.value, headers_for(source, position)
+                    )
+                )
+            after = dict(positions)
+            for message in batch:
+                after[message.source] = message.position
+            # Records found at recovery that the copying has not reached yet stay to be
+            # skipped after the next recovery too (its tail reads start past them).
+            pending = {}
+            for where, found in written.items():
+                ahead = {s: p for s, p in found.items() if p > after.get(s, Position(-1))}
+                if ahead:
+                    pending[where] = ahead
+            written = pending
+            checkpoint = Checkpoint(after, {}, dict(counts), pending)
+
+            def encode(ends: Mapping[tuple[str, int], int], c: Checkpoint = checkpoint) -> bytes:
+                c.targets = dict(ends)
+                return c.encode()
+
+            targets = await writer.write(
+                records, self.checkpoint_topic, self.name.encode(), targets, encode
+            )
+            positions.update(after)
+            stats.messages += len(records)
+            stats.bytes += sum(len(r.value) for r in records)
+            stats.transactions += 1
+            if on_batch is not None:
+                try:
+                    on_batch(self.metrics)
+                except Exception:
+                    log.exception("the bridge's on_batch callback failed")
+
+    async def _gather(self, readers: SourceReaders, stop: asyncio.Event) -> list[SourceMessage]:
+        """Up to batch_size messages: waits for the first fetch (until stop or a reader
+        fails), then lingers for more; what a fetch brings past batch_size is carried
+        to the next call."""
+        queue = readers.queue
+        batch, self._carry = self._carry, []
+        if stop.is_set():
+            return []
+        if not batch:
+            waits = [
+                asyncio.ensure_future(stop.wait()),
+                asyncio.ensure_future(readers.failed.wait()),
+            ]
+            try:
+                while queue.empty() and not stop.is_set() and not readers.failed.is_set():
+                    getter = asyncio.ensure_future(queue.get())
+                    done, _ = await asyncio.wait(
+                        [getter, *waits], return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if getter in done:
+                        batch.extend(getter.result())
+                        break
+                    getter.cancel()
+                    if getter.done() and not getter.cancelled():
+                        batch.extend(getter.result())
+            finally:
+                for w in waits:
+                    w.cancel()
+            if not batch and queue.empty():
+                return batch
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.linger
+        while len(batch) < self.batch_size:
+            try:
+                batch.extend(queue.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            remaining = deadline - loop.time()
+            if remaining <= 0 or stop.is_set():
+                break
+            try:
+                batch.extend(await asyncio.wait_for(queue.get(), remaining))
+            except asyncio.TimeoutError:
+                break
+        if len(batch) > self.batch_size:
+            batch, self._carry = batch[: self.batch_size], batch[self.batch_size :]
+        return batch

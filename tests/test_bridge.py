@@ -1,0 +1,657 @@
+"""The bridge to a modern Kafka cluster: 0.7 topics copied exactly once through SIGKILLs.
+
+The 0.7 side is real: ZooKeeper and embedded brokers. The target is librdkafka's mock
+cluster (a test double that speaks the modern protocol on loopback TCP, from the
+confluent-kafka wheel) in a process of its own, read back by confluent-kafka's consumer,
+a client independent of the bridge's aiokafka. The bridge runs in a process of its own,
+which the tests SIGKILL at random points and start again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import random
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from aiokafka07 import SimpleConsumer
+from aiokafka07.bridge import Bridge, BridgeMetrics, key_before
+from aiokafka07.connection import BrokerAddress
+from aiokafka07.group import Consumer
+from aiokafka07.producer import Producer
+from aiokafka07.protocol import LATEST
+from aiokafka07.records import TopicPartition
+from aiokafka07.testing import KafkaCluster
+from aiokafka07.testing.process import start_broker_process, stop_broker_process
+from aiokafka07.znodes import GroupRegistry, broker_path
+from aiokafka07.zookeeper import ZooKeeper
+
+from .wire import eventually
+
+pytest.importorskip("aiokafka", reason="the bridge extra (aiokafka) is not installed")
+confluent_kafka = pytest.importorskip(
+    "confluent_kafka", reason="confluent-kafka (the mock cluster) has no wheel here"
+)
+
+HERE = Path(__file__).parent
+MOCK = HERE / "mock_target.py"
+BRIDGE = HERE / "bridge_process.py"
+TARGET_PARTITIONS = 4  # the mock cluster's default (tests/mock_target.py)
+CHECKPOINTS = "aiokafka07-bridge-checkpoints"
+
+#: topic -> (partition, key, value, offset, headers) of every record read.
+Copied = dict[str, list[tuple[int, bytes | None, bytes, int, object]]]
+
+
+@contextlib.asynccontextmanager
+async def mock_cluster(topics: list[str]) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """The mock cluster in its own process, with ``topics``; yields its bootstrap and
+    the process (:func:`set_broker` takes its brokers down and up)."""
+    specs = [*topics, CHECKPOINTS]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(MOCK),
+        *specs,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        word, _, bootstrap = line.decode().strip().partition(" ")
+        assert word == "ready", f"mock cluster did not start: {line!r}"
+        yield bootstrap, process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await asyncio.wait_for(process.wait(), 30)
+
+
+@contextlib.asynccontextmanager
+async def mock_target(topics: list[str]) -> AsyncIterator[str]:
+    """The mock cluster in its own process, with ``topics``; yields its bootstrap."""
+    async with mock_cluster(topics) as (bootstrap, _):
+        yield bootstrap
+
+
+async def set_broker(mock: asyncio.subprocess.Process, state: str, broker_id: int) -> None:
+    """Take a broker of the mock cluster ``down`` or bring it ``up``."""
+    assert mock.stdin is not None
+    assert mock.stdout is not None
+    mock.stdin.write(f"{state} {broker_id}\n".encode())
+    await mock.stdin.drain()
+    answer = await asyncio.wait_for(mock.stdout.readline(), 30)
+    assert answer == b"ok\n", answer
+
+
+async def start_bridge(
+    zookeeper: str, bootstrap: str, topics: list[str], *, keyless: bool = False
+) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(BRIDGE),
+        *(["--keyless"] if keyless else []),
+        zookeeper,
+        bootstrap,
+        *topics,
+        stdout=asyncio.subprocess.PIPE,
+    )
+
+
+async def copied_beyond(process: asyncio.subprocess.Process, messages: int, timeout: float) -> int:
+    """Wait until the bridge process reports more than ``messages`` written in this run
+    (a line per committed transaction); return the messages it found already copied at
+    recovery and skipped."""
+    assert process.stdout is not None
+    while True:
+        line = await asyncio.wait_for(process.stdout.readline(), timeout)
+        assert line, f"bridge process ended (status {await process.wait()})"
+        _, written, skipped = line.split()
+        if int(written) > messages:
+            return int(skipped)
+
+
+def read_target(bootstrap: str, topics: list[str]) -> Copied:
+    """Every record of ``topics`` on the target, by confluent-kafka's consumer."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "log_level": 0,
+        }
+    )
+    copied: Copied = {t: [] for t in topics}
+    try:
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(t, p, confluent_kafka.OFFSET_BEGINNING)
+                for t in topics
+                for p in range(TARGET_PARTITIONS)
+            ]
+        )
+        pending = {(t, p) for t in topics for p in range(TARGET_PARTITIONS)}
+        idle = 0
+        while pending:
+            message = consumer.poll(1.0)
+            if message is None:
+                idle += 1
+                assert idle < 60, f"no end of partition from {pending}"
+                continue
+            idle = 0
+            where = (message.topic(), message.partition())
+            if message.error() is not None:
+                assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, (
+                    message.error()
+                )
+                pending.discard(where)
+                continue
+            copied[where[0]].append(
+                (where[1], message.key(), message.value(), message.offset(), message.headers())
+            )
+    finally:
+        consumer.close()
+    return copied
+
+
+async def produce(
+    zookeeper: str, topics: list[str], per_topic: int, keys: int, *, start: int = 0
+) -> dict[str, list[bytes]]:
+    sent: dict[str, list[bytes]] = {t: [] for t in topics}
+    async with Producer(zookeeper=zookeeper, compression="gzip", linger_ms=5) as producer:
+        futures = []
+        for i in range(start, start + per_topic):
+            for topic in topics:
+                key = f"k{i % keys}"
+                value = f"{key}:{topic}:{i}".encode()
+                sent[topic].append(value)
+                futures.append(await producer.send(topic, value, key=key))
+        await asyncio.gather(*futures)
+    return sent
+
+
+def check_exactly_once(sent: dict[str, list[bytes]], copied: Copied) -> None:
+    for topic, values in sent.items():
+        got = collections.Counter(record[2] for record in copied[topic])
+        duplicated = {v: n for v, n in got.items() if n > 1}
+        missing = set(values) - set(got)
+        extra = set(got) - set(values)
+        where = [r[:1] + r[3:] for r in copied[topic] if r[2] in list(duplicated)[:2]]
+        assert not duplicated, f"{topic}: {len(duplicated)} duplicated, e.g. {where}"
+        assert not missing, f"{topic}: {len(missing)} missing, e.g. {sorted(missing)[:3]}"
+        assert not extra, f"{topic}: unexpected {sorted(extra)[:3]}"
+        placement: dict[bytes, set[int]] = collections.defaultdict(set)
+        for partition, key, value, _, _ in copied[topic]:
+            assert key == value.split(b":", 1)[0], (key, value)
+            placement[key].add(partition)
+        split = {k: p for k, p in placement.items() if len(p) > 1}
+        assert not split, f"{topic}: keys in several partitions: {split}"
+
+
+async def bridge_through_kills(
+    kafka_cluster: Callable[..., KafkaCluster],
+    zookeeper: str,
+    *,
+    topics: list[str],
+    per_topic: int,
+    kills: int,
+    seed: int,
+) -> None:
+    print(f"seed {seed}")  # shown when the test fails
+    rng = random.Random(seed)
+    async with kafka_cluster(2, num_partitions=2) as _, mock_target(topics) as bootstrap:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        sent = await produce(zookeeper, topics, per_topic, keys=97)
+        print(f"produced at {loop.time() - began:.1f} s")
+        total = per_topic * len(topics)
+        # Each run is killed once it has written a random share of what is left, a few
+        # milliseconds into its next transaction (sent, not yet committed, or committed).
+        skipped = 0
+        for _ in range(kills):
+            bridge = await start_bridge(zookeeper, bootstrap, topics)
+            try:
+                skipped += await copied_beyond(bridge, int(total * rng.uniform(0.1, 0.3)), 120)
+                await asyncio.sleep(rng.uniform(0, 0.02))
+            finally:
+                bridge.send_signal(signal.SIGKILL)
+                await bridge.wait()
+                print(f"killed at {loop.time() - began:.1f} s")
+        bridge = await start_bridge(zookeeper, bootstrap, topics)
+        try:
+            while True:
+                copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                written = sum(len(v) for v in copied.values())
+                print(f"{written} read at {loop.time() - began:.1f} s")
+                if written >= total:
+                    break
+                skipped += await copied_beyond(bridge, 0, 120)
+        finally:
+            bridge.send_signal(signal.SIGKILL)
+            await bridge.wait()
+        print(f"{skipped} found copied at recovery")
+        check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+
+
+async def test_bridge_copies_exactly_once_through_sigkills(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    await bridge_through_kills(
+        kafka_cluster,
+        zookeeper,
+        topics=["orders", "payments", "users"],
+        per_topic=2000,
+        kills=2,
+        seed=int(os.environ.get("BRIDGE_SEED", random.randrange(1 << 30))),
+    )
+
+
+@pytest.mark.slow
+async def test_bridge_moves_200k_messages_exactly_once_through_two_sigkills(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """The issue's acceptance run: 200k keyed messages over 3 topics, two SIGKILLs."""
+    await bridge_through_kills(
+        kafka_cluster,
+        zookeeper,
+        topics=["big-orders", "big-payments", "big-users"],
+        per_topic=66_667,
+        kills=2,
+        seed=random.randrange(1 << 30),
+    )
+
+
+async def test_bridge_copies_exactly_once_through_a_07_broker_restart(
+    zookeeper: str, tmp_path: Path
+) -> None:
+    """A 0.7 broker SIGKILLed while the bridge reads it and started again on its port:
+    the bridge's readers reconnect and continue from the position after the last
+    message they queued, and what is produced after the restart is copied too."""
+    topics = ["restarts"]
+    # A short ZooKeeper session: the killed broker's registration goes within 2 s.
+    settings = {"zk.sessiontimeout.ms": "2000"}
+    brokers: dict[int, tuple[asyncio.subprocess.Process, BrokerAddress]] = {}
+    try:
+        for broker_id in (0, 1):
+            brokers[broker_id] = await start_broker_process(
+                tmp_path / f"b{broker_id}",
+                broker_id=broker_id,
+                partitions=2,
+                zookeeper=zookeeper,
+                settings=settings,
+            )
+        async with mock_target(topics) as bootstrap:
+            sent = await produce(zookeeper, topics, 3000, keys=97)
+            bridge = await start_bridge(zookeeper, bootstrap, topics)
+            try:
+                await copied_beyond(bridge, 1000, 120)
+                process, address = brokers[1]
+                process.kill()
+                await process.wait()
+                async with ZooKeeper(zookeeper) as zk:
+                    assert await zk.wait_deleted(broker_path(1), 30), "registration stayed"
+                brokers[1] = await start_broker_process(
+                    tmp_path / "b1",
+                    broker_id=1,
+                    partitions=2,
+                    zookeeper=zookeeper,
+                    port=address.port,
+                    settings=settings,
+                )
+                more = await produce(zookeeper, topics, 3000, keys=97, start=3000)
+                sent["restarts"] += more["restarts"]
+                while True:
+                    copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                    if len(copied["restarts"]) >= 6000:
+                        break
+                    await copied_beyond(bridge, 0, 120)
+            finally:
+                bridge.send_signal(signal.SIGKILL)
+                await bridge.wait()
+            check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+    finally:
+        for process, _ in brokers.values():
+            await stop_broker_process(process)
+
+
+async def test_bridge_copies_exactly_once_through_target_broker_restarts(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """Each broker of the target in turn down for a second (connections closed, new ones
+    refused, its partitions and coordinator roles unavailable) and up again while the
+    bridge writes: everything arrives exactly once."""
+    topics = ["downtime"]
+    async with (
+        kafka_cluster(2, num_partitions=2) as _,
+        mock_cluster(topics) as (bootstrap, mock),
+    ):
+        sent = await produce(zookeeper, topics, 3000, keys=97)
+        bridge = await start_bridge(zookeeper, bootstrap, topics)
+        try:
+            await copied_beyond(bridge, 500, 120)
+            for broker_id in (1, 2, 3):
+                await set_broker(mock, "down", broker_id)
+                await asyncio.sleep(1.0)  # the outage (not a wait for an outcome)
+                await set_broker(mock, "up", broker_id)
+            more = await produce(zookeeper, topics, 3000, keys=97, start=3000)
+            sent["downtime"] += more["downtime"]
+            while True:
+                copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                if len(copied["downtime"]) >= 6000:
+                    break
+                await copied_beyond(bridge, 0, 120)
+        finally:
+            bridge.send_signal(signal.SIGKILL)
+            await bridge.wait()
+        check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+
+
+async def run_tool(*argv: str, timeout: float = 120) -> tuple[int, str]:
+    return await run_tool_named("bridge", *argv, timeout=timeout)
+
+
+async def run_tool_named(*argv: str, timeout: float = 120) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "aiokafka07",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def test_tool_errors_are_one_line(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    async with kafka_cluster(1) as _, mock_target(["present"]) as bootstrap:
+        await produce(zookeeper, ["present", "absent"], 10, keys=3)
+        status, out = await run_tool(
+            "--zookeeper", zookeeper, "--bootstrap-servers", "127.0.0.1:9", "present"
+        )
+        assert status == 1, out
+        assert out.startswith("aiokafka07 bridge: error: target 127.0.0.1:9 unreachable"), out
+        assert len(out.strip().splitlines()) == 1, out
+        status, out = await run_tool(
+            "--zookeeper", zookeeper, "--bootstrap-servers", bootstrap, "absent"
+        )
+        assert status == 1, out
+        assert "topic absent does not exist on the target" in out, out
+        assert len(out.strip().splitlines()) == 1, out
+        # A record over the target producer's max_request_size (messages here: ~20 B).
+        status, out = await run_tool(
+            "--zookeeper",
+            zookeeper,
+            "--bootstrap-servers",
+            bootstrap,
+            "--producer-option",
+            "max_request_size=10",
+            "--consumer-option",
+            "check_crcs=false",
+            "present",
+        )
+        assert status == 1, out
+        assert "a record is too large for the target" in out, out
+        assert len(out.strip().splitlines()) == 1, out
+
+
+async def test_tool_stops_after_the_transaction_on_ctrl_c(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    topics = ["clicks"]
+    async with kafka_cluster(2, num_partitions=2) as _, mock_target(topics) as bootstrap:
+        sent = await produce(zookeeper, topics, 20000, keys=50)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "aiokafka07",
+            "bridge",
+            "--zookeeper",
+            zookeeper,
+            "--bootstrap-servers",
+            bootstrap,
+            "--name",
+            "test",  # as tests/bridge_process.py, which continues the work
+            "--key-separator",
+            ":",
+            "--batch-size",
+            "1000",
+            "--consumer-option",
+            "check_crcs=false",  # the mock cluster's control batches fail aiokafka's check
+            "--progress",  # lines (stderr is not a terminal)
+            *topics,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+
+            async def some_copied() -> bool:
+                copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                return len(copied["clicks"]) > 0
+
+            await eventually(some_copied, timeout=120)
+            process.send_signal(signal.SIGINT)
+            _, err = await asyncio.wait_for(process.communicate(), 120)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        assert process.returncode == 0, err
+        # The summary names the lag in total and per 0.7 broker-partition.
+        summary = err.decode().strip().splitlines()[-1]
+        assert re.match(r"bridged \d+ messages .*, lag ([\d.]+ (B|KiB|MiB)|\?): ", summary), err
+        assert re.search(r"clicks/[01]-[01] ", summary), summary
+        copied = await asyncio.to_thread(read_target, bootstrap, topics)
+        # A clean stop leaves whole transactions only: a multiple of the batch size or the
+        # messages that were there (each transaction takes what is queued, up to 1000).
+        assert 0 < len(copied["clicks"]) <= 20000
+        # A run after a clean stop finds nothing written past the last checkpoint.
+        bridge = await start_bridge(zookeeper, bootstrap, topics)
+        try:
+            skipped = 0
+            while True:
+                copied = await asyncio.to_thread(read_target, bootstrap, topics)
+                if len(copied["clicks"]) >= 20000:
+                    break
+                skipped += await copied_beyond(bridge, 0, 120)
+            assert skipped == 0
+        finally:
+            bridge.send_signal(signal.SIGKILL)
+            await bridge.wait()
+        check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+
+
+def read_as_group(bootstrap: str, topics: list[str], group: str) -> list[bytes]:
+    """What a consumer of ``group`` on the target reads from its committed offsets."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "log_level": 0,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        wanted = [
+            confluent_kafka.TopicPartition(t, p) for t in topics for p in range(TARGET_PARTITIONS)
+        ]
+        committed = consumer.committed(wanted, timeout=30)
+        assert all(tp.error is None and tp.offset >= 0 for tp in committed), committed
+        # Assigned by offset alone: with the leader epoch the mock cluster reports on a
+        # commit, librdkafka's offset validation against it fails ("log truncation").
+        consumer.assign(
+            [confluent_kafka.TopicPartition(tp.topic, tp.partition, tp.offset) for tp in committed]
+        )
+        pending = {(t, p) for t in topics for p in range(TARGET_PARTITIONS)}
+        idle = 0
+        while pending:
+            message = consumer.poll(1.0)
+            if message is None:
+                idle += 1
+                assert idle < 60, f"no end of partition from {pending}"
+                continue
+            idle = 0
+            if message.error() is not None:
+                assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, (
+                    message.error()
+                )
+                pending.discard((message.topic(), message.partition()))
+                continue
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+async def unconsumed_on_07(
+    cluster: KafkaCluster, zookeeper: str, group: str, topic: str
+) -> list[bytes]:
+    """What the 0.7 group would read next: every message from its committed offsets on."""
+    values: list[bytes] = []
+    async with ZooKeeper(zookeeper) as zk:
+        registry = GroupRegistry(zk, group)
+        committed = await registry.offsets(topic)
+    for broker_id, broker in cluster.brokers.items():
+        async with SimpleConsumer(broker.host, broker.port, broker_id=broker_id) as c:
+            for partition in range(broker.config.num_partitions):
+                name = f"{broker_id}-{partition}"
+                (end,) = await c.offsets_before(topic, partition, LATEST)
+                start = committed.get(name, 0)
+                async for record in c.messages(topic, partition, start, end_offset=end):
+                    values.append(record.value)
+    return values
+
+
+async def log_ends(cluster: KafkaCluster, topic: str) -> dict[TopicPartition, int]:
+    """The 0.7 log end of every broker-partition of ``topic``."""
+    ends = {}
+    for broker_id, broker in cluster.brokers.items():
+        async with SimpleConsumer(broker.host, broker.port, broker_id=broker_id) as c:
+            for partition in range(broker.config.num_partitions):
+                (end,) = await c.offsets_before(topic, partition, LATEST)
+                ends[TopicPartition(topic, broker_id, partition)] = end
+    return ends
+
+
+async def test_metrics_report_the_lag_of_every_broker_partition(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    topics = ["metered"]
+    async with kafka_cluster(2, num_partitions=2) as cluster, mock_target(topics) as bootstrap:
+        await produce(zookeeper, topics, 2000, keys=20)
+        ends = await log_ends(cluster, "metered")
+        bridge = Bridge(
+            zookeeper,
+            bootstrap,
+            topics,
+            name="metered",
+            key=key_before(b":"),
+            batch_size=100,
+            linger_ms=10,
+            lag_interval_ms=50,
+            consumer_options={"check_crcs": False},
+        )
+        seen: list[BridgeMetrics] = []
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(bridge.run(stop, on_batch=seen.append))
+        try:
+
+            async def caught_up() -> bool:
+                assert not task.done(), task
+                metrics = bridge.metrics
+                return metrics.messages == 2000 and metrics.lag_bytes == 0
+
+            await eventually(caught_up, timeout=120)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 60)
+        metrics = bridge.metrics
+        assert set(metrics.partitions) == set(ends)
+        for source, lag in metrics.partitions.items():
+            assert lag.log_end == ends[source], source
+            assert lag.position.offset == ends[source], source
+            assert lag.lag_bytes == 0, source
+        # On the way, each snapshot's lag was the log ends minus the copied offsets.
+        behind = [m for m in seen if m.lag_bytes]
+        assert behind, [m.lag_bytes for m in seen]
+        for snapshot in behind:
+            assert snapshot.lag_bytes == sum(
+                ends[s] - lag.position.offset for s, lag in snapshot.partitions.items()
+            )
+
+
+async def test_group_offsets_switch_over_without_loss_or_repeat(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    topics = ["events"]
+    async with kafka_cluster(2, num_partitions=2) as cluster, mock_target(topics) as bootstrap:
+        sent = await produce(zookeeper, topics, 3000, keys=40)
+        # The 0.7 group consumes part of it, commits, and stays a member for now.
+        consumer = Consumer(*topics, group="app", zookeeper=zookeeper, auto_commit=False)
+        await consumer.start()
+        try:
+            taken = 0
+            while taken < 1000:
+                batches = await consumer.getmany(timeout_ms=1000, max_records=200)
+                taken += sum(len(r) for r in batches.values())
+            await consumer.commit()
+            bridge = await start_bridge(zookeeper, bootstrap, topics, keyless=True)
+            try:
+                while (
+                    len((await asyncio.to_thread(read_target, bootstrap, topics))["events"]) < 3000
+                ):
+                    await copied_beyond(bridge, 0, 120)
+            finally:
+                bridge.send_signal(signal.SIGKILL)
+                await bridge.wait()
+            status, out = await run_tool_named(
+                "bridge",
+                "offsets",
+                "--group",
+                "app",
+                "-z",
+                zookeeper,
+                "--bootstrap-servers",
+                bootstrap,
+                "--consumer-option",
+                "check_crcs=false",
+                "events",
+            )
+            assert status == 1, out
+            assert "live members" in out, out
+        finally:
+            await consumer.close(commit=False)
+        status, out = await run_tool_named(
+            "bridge",
+            "offsets",
+            "--group",
+            "app",
+            "-z",
+            zookeeper,
+            "--bootstrap-servers",
+            bootstrap,
+            "--consumer-option",
+            "check_crcs=false",
+            "events",
+        )
+        assert status == 0, out
+        assert "committed 4 offsets for group app" in out, out
+        expected = await unconsumed_on_07(cluster, zookeeper, "app", "events")
+        assert 0 < len(expected) < len(sent["events"])
+        got = await asyncio.to_thread(read_as_group, bootstrap, topics, "app")
+        assert sorted(got) == sorted(expected)
