@@ -310,11 +310,7 @@ async def test_bridge_copies_exactly_once_through_a_07_broker_restart(
                 )
                 more = await produce(zookeeper, topics, 3000, keys=97, start=3000)
                 sent["restarts"] += more["restarts"]
-                while True:
-                    copied = await asyncio.to_thread(read_target, bootstrap, topics)
-                    if len(copied["restarts"]) >= 6000:
-                        break
-                    await copied_beyond(bridge, 0, 120)
+                await wait_copied(bridge, bootstrap, topics, "restarts", 6000)
             finally:
                 bridge.send_signal(signal.SIGKILL)
                 await bridge.wait()
@@ -345,15 +341,20 @@ async def test_bridge_copies_exactly_once_through_target_broker_restarts(
                 await set_broker(mock, "up", broker_id)
             more = await produce(zookeeper, topics, 3000, keys=97, start=3000)
             sent["downtime"] += more["downtime"]
-            while True:
-                copied = await asyncio.to_thread(read_target, bootstrap, topics)
-                if len(copied["downtime"]) >= 6000:
-                    break
-                await copied_beyond(bridge, 0, 120)
+            await wait_copied(bridge, bootstrap, topics, "downtime", 6000)
         finally:
             bridge.send_signal(signal.SIGKILL)
             await bridge.wait()
         check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+
+
+async def wait_copied(
+    bridge: asyncio.subprocess.Process, bootstrap: str, topics: list[str], topic: str, count: int
+) -> None:
+    """Until the target holds ``count`` records of ``topic`` (each wait bounded by the
+    bridge's progress)."""
+    while len((await asyncio.to_thread(read_target, bootstrap, topics))[topic]) < count:
+        await copied_beyond(bridge, 0, 120)
 
 
 async def run_tool(*argv: str, timeout: float = 120) -> tuple[int, str]:
@@ -372,6 +373,14 @@ async def run_tool_named(*argv: str, timeout: float = 120) -> tuple[int, str]:
     out, _ = await asyncio.wait_for(process.communicate(), timeout)
     assert process.returncode is not None
     return process.returncode, out.decode()
+
+
+async def translate_offsets(zookeeper: str, bootstrap: str) -> tuple[int, str]:
+    """``aiokafka07 bridge offsets`` for group ``app`` and topic ``events``."""
+    return await run_tool_named(
+        "bridge", "offsets", "--group", "app", "-z", zookeeper, "--bootstrap-servers",
+        bootstrap, "--consumer-option", "check_crcs=false", "events",
+    )  # fmt: skip
 
 
 async def test_tool_errors_are_one_line(
@@ -619,36 +628,12 @@ async def test_group_offsets_switch_over_without_loss_or_repeat(
             finally:
                 bridge.send_signal(signal.SIGKILL)
                 await bridge.wait()
-            status, out = await run_tool_named(
-                "bridge",
-                "offsets",
-                "--group",
-                "app",
-                "-z",
-                zookeeper,
-                "--bootstrap-servers",
-                bootstrap,
-                "--consumer-option",
-                "check_crcs=false",
-                "events",
-            )
+            status, out = await translate_offsets(zookeeper, bootstrap)
             assert status == 1, out
             assert "live members" in out, out
         finally:
             await consumer.close(commit=False)
-        status, out = await run_tool_named(
-            "bridge",
-            "offsets",
-            "--group",
-            "app",
-            "-z",
-            zookeeper,
-            "--bootstrap-servers",
-            bootstrap,
-            "--consumer-option",
-            "check_crcs=false",
-            "events",
-        )
+        status, out = await translate_offsets(zookeeper, bootstrap)
         assert status == 0, out
         assert "committed 4 offsets for group app" in out, out
         expected = await unconsumed_on_07(cluster, zookeeper, "app", "events")

@@ -8,11 +8,12 @@ aiokafka is a :class:`~aiokafka07.errors.BridgeError` naming the extra to instal
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import BridgeError
 
-__all__ = ["load", "murmur2_partition", "partitions_of"]
+__all__ = ["load", "murmur2_partition", "partitions_of", "read_committed_consumer"]
 
 
 def load() -> Any:
@@ -49,3 +50,18 @@ async def partitions_of(client: Any, topic: str) -> set[int] | None:
     metadata = await client.fetch_all_metadata()
     partitions = metadata.partitions_for_topic(topic)
     return {int(p) for p in partitions} if partitions else None
+
+
+def read_committed_consumer(
+    bootstrap_servers: str, request_timeout_ms: float, options: Mapping[str, Any] | None
+) -> Any:
+    """An AIOKafkaConsumer (not started) that reads committed data only and commits
+    nothing by itself; ``options`` are further keyword arguments, which win."""
+    settings: dict[str, Any] = {"request_timeout_ms": int(request_timeout_ms)}
+    settings.update(options or {})
+    return load().AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        **settings,
+    )

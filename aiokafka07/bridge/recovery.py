@@ -123,14 +123,7 @@ async def recover(
     partition count). ``options`` are further AIOKafkaConsumer keyword arguments."""
     aiokafka = _aiokafka.load()
     timeout = request_timeout_ms / 1000
-    settings: dict[str, Any] = {"request_timeout_ms": int(request_timeout_ms)}
-    settings.update(options or {})
-    consumer = aiokafka.AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        **settings,
-    )
+    consumer = _aiokafka.read_committed_consumer(bootstrap_servers, request_timeout_ms, options)
     try:
         await asyncio.wait_for(consumer.start(), timeout)
         reader = TargetReader(consumer, aiokafka.structs.TopicPartition, timeout)

@@ -86,14 +86,7 @@ async def translate(
     """Target offsets for a group that committed ``committed`` (see the module docstring)."""
     aiokafka = _aiokafka.load()
     timeout = request_timeout_ms / 1000
-    settings: dict[str, Any] = {"request_timeout_ms": int(request_timeout_ms)}
-    settings.update(options or {})
-    consumer = aiokafka.AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        **settings,
-    )
+    consumer = _aiokafka.read_committed_consumer(bootstrap_servers, request_timeout_ms, options)
     first: dict[tuple[str, int], int] = {}
     after_first = 0
     copied: dict[TopicPartition, Position] = {}
