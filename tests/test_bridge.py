@@ -640,3 +640,26 @@ async def test_group_offsets_switch_over_without_loss_or_repeat(
         assert 0 < len(expected) < len(sent["events"])
         got = await asyncio.to_thread(read_as_group, bootstrap, topics, "app")
         assert sorted(got) == sorted(expected)
+
+
+def test_topics_and_filters_are_taken_as_the_group_consumer_takes_them() -> None:
+    """A whitelist or blacklist is normalised as 0.7.2 does (``"a, b"`` is a or b, quotes
+    and spaces dropped) and matched against whole names; a bad regex, a bad topic name or
+    a bad number is refused at construction with a typed error, before anything connects."""
+    from aiokafka07.bridge import Bridge
+    from aiokafka07.errors import InvalidConfigError, InvalidTopicError
+    from aiokafka07.group.subscription import InvalidTopicFilterError
+
+    zk, target = "127.0.0.1:1", "127.0.0.1:2"
+    registered = {"clicks", "views", "clicks2", "other"}
+    assert Bridge(zk, target, whitelist=" 'clicks, views' ")._chosen(registered) == [
+        "clicks",
+        "views",
+    ]
+    assert Bridge(zk, target, blacklist="click.*")._chosen(registered) == ["other", "views"]
+    with pytest.raises(InvalidTopicFilterError):
+        Bridge(zk, target, whitelist="(")
+    with pytest.raises(InvalidTopicError):
+        Bridge(zk, target, ["bad/name"])
+    with pytest.raises(InvalidConfigError, match="batch_size"):
+        Bridge(zk, target, ["t"], batch_size=0)

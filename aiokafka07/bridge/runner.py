@@ -11,10 +11,12 @@ from typing import Any
 
 from ..cluster import ZooKeeperCluster
 from ..errors import BridgeError
-from ..protocol import EARLIEST, LATEST
+from ..group.subscription import TopicFilter
+from ..protocol import EARLIEST, LATEST, validate_topic
 from ..records import TopicPartition
 from ..simple import SimpleConsumer
 from ..supervisor import Supervisor
+from ..validation import check_int, check_number, check_optional_int
 from .mapping import KeyFunction
 from .mapping import Mapping as PartitionMapping
 from .metrics import BridgeMetrics, LogEnds, PartitionLag
@@ -45,7 +47,8 @@ class Bridge:
 
     ``zookeeper`` is the 0.7 cluster's connect string, ``bootstrap_servers`` the target's.
     ``topics`` names the topics, or ``whitelist`` / ``blacklist`` (regular expressions,
-    matched against whole names) selects them among those registered. ``name`` identifies
+    matched against whole names, as the group consumer takes them: ``"a, b"`` is a or b)
+    selects them among those registered. ``name`` identifies
     the bridge on the target: its transactional id is ``aiokafka07-bridge-<name>`` and its
     checkpoints are records with key ``name`` in ``checkpoint_topic``. ``key`` extracts a
     record key from each message (default: no key). ``start`` is where broker-partitions
@@ -87,9 +90,19 @@ class Bridge:
             raise BridgeError(f"bridge name {name!r}: letters, digits, '.', '_', '-' only")
         self.zookeeper = zookeeper
         self.bootstrap_servers = bootstrap_servers
-        self.topics = list(topics)
-        self.whitelist = re.compile(whitelist) if whitelist is not None else None
-        self.blacklist = re.compile(blacklist) if blacklist is not None else None
+        self.topics = [validate_topic(topic) for topic in topics]
+        # As the group consumer takes a filter: Java's normalisation ("a, b" is a or b),
+        # whole names, InvalidTopicFilterError for a bad regex.
+        self.filter: TopicFilter | None = None
+        if whitelist is not None:
+            self.filter = TopicFilter.parse(whitelist, whitelist=True)
+        elif blacklist is not None:
+            self.filter = TopicFilter.parse(blacklist, whitelist=False)
+        check_int("batch_size", batch_size, minimum=1)
+        check_number("linger_ms", linger_ms, minimum=0)
+        check_number("request_timeout_ms", request_timeout_ms, minimum=0, above=True)
+        check_optional_int("create_partitions", create_partitions, minimum=1)
+        check_int("replication_factor", replication_factor, minimum=1)
         self.name = name
         self.key = key
         self.start = start
@@ -124,12 +137,9 @@ class Bridge:
         )
 
     def _chosen(self, registered: set[str]) -> list[str]:
-        if self.topics:
+        if self.filter is None:
             return sorted(self.topics)
-        if self.whitelist is not None:
-            return sorted(t for t in registered if self.whitelist.fullmatch(t))
-        assert self.blacklist is not None
-        return sorted(t for t in registered if not self.blacklist.fullmatch(t))
+        return sorted(t for t in registered if self.filter.allows(t))
 
     async def run(
         self,
