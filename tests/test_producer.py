@@ -630,3 +630,22 @@ async def test_gzip_compression_level_is_used_and_checked(kafka_cluster: Any) ->
             inner = encode_message_set(values)
             assert wrapper.value == gzip_compress(inner, 6 if level is None else level)
         assert all_values(await read_logs(cluster, "level-1")) == values
+
+
+async def test_a_cancelled_send_took_nothing(kafka_cluster: Any) -> None:
+    """send() yields to the sender (after a batch was sealed) before it takes the message,
+    never after: a send() cancelled at that yield raises CancelledError and its message is
+    not sent. (A message accepted and then cancelled would be delivered while its caller
+    got no future: a duplicate-or-loss ambiguity for the caller.)"""
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        async with Producer(brokers=cluster.broker_list, batch_size=1) as p:
+            first = await p.send("cancelled", b"one", partition=(0, 0))  # seals its batch
+            second = asyncio.ensure_future(p.send("cancelled", b"two", partition=(0, 0)))
+            await asyncio.sleep(0)  # it runs to its first await: the yield to the sender
+            assert not second.done()
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            await first
+            await (await p.send("cancelled", b"three", partition=(0, 0)))
+        assert all_values(await read_logs(cluster, "cancelled")) == [b"one", b"three"]

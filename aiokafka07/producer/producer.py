@@ -504,6 +504,11 @@ class Producer:
         one whose hash is not the same in every process, such as a float or an object,
         unless a partitioner of your own takes it; what the partitioner raises).
         """
+        if self._accumulator.sealed:
+            # The sender writes the batch sealed since the last call first; this happens
+            # before the message is taken, so a send() cancelled here took nothing (none
+            # of its awaits comes after the message is accepted).
+            await self._let_senders_run()
         if key is None and partition is None and type(value) is bytes:
             # The accumulator's hot path (Accumulator.append_hot), inlined: a call costs
             # a fifth of the per-message work here.
@@ -517,12 +522,8 @@ class Producer:
                 size = batch.size = batch.size + size
                 if len(values) >= batch.count_cap or size >= batch.byte_cap:
                     self._accumulator.capped(batch)
-                    if self._accumulator.sealed:
-                        await self._let_senders_run()
                 return future
         future, _ = await self._accept(topic, value, key, partition)
-        if self._accumulator.sealed:
-            await self._let_senders_run()
         return future
 
     def send_nowait(
@@ -651,6 +652,8 @@ class Producer:
         self._check_running()
         self._check_topic(topic)
         pinned = None if partition is None else check_partition(partition)
+        if self._accumulator.sealed:  # before the batch is taken, as in send()
+            await self._let_senders_run()
         batch.close()
         if self._accumulator.full():
             await self._accumulator.wait_for_space()
@@ -668,6 +671,5 @@ class Producer:
         if not whole.values:
             future.set_result(ProduceResult(topic, target[0], target[1], self.confirm))
             return future
-        self._accumulator.add_batch(whole)
-        await self._let_senders_run()
+        self._accumulator.add_batch(whole)  # sealed: the next call lets its sender write it
         return future
