@@ -12,12 +12,12 @@ built by the caller (:meth:`Producer.create_batch` / :meth:`Producer.send_batch`
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfigError, MessageTooLargeError
+from ..protocol._accel import pure_forced
 
 __all__ = ["Batch", "BatchBuilder", "Route", "check_message_size", "serialize"]
 
@@ -193,18 +193,21 @@ class _PureAppender:
     size_bytes: int
     values: list[bytes]
 
+    if TYPE_CHECKING:  # defined by the subclass (_BatchBuilderMethods), as for the C type
+
+        def _append_slow(
+            self, value: Any, *, key: Any = None, timestamp: Any = None
+        ) -> int | None: ...
+
     def append(self, value: Any, *, key: Any = None, timestamp: Any = None) -> int | None:
         """Add a message; its position, or None if the batch is full (or closed)."""
         return self._append_slow(value, key=key, timestamp=timestamp)
-
-    def _append_slow(self, value: Any, *, key: Any = None, timestamp: Any = None) -> int | None:
-        raise NotImplementedError
 
 
 def _appender_base() -> type[_PureAppender]:
     """The C ``Appender`` when it was built (and ``AIOKAFKA07_PURE`` is not set), else
     the pure-Python twin: chosen once, at import, as the codec's accelerator is."""
-    if os.environ.get("AIOKAFKA07_PURE", "") not in ("", "0"):
+    if pure_forced():
         return _PureAppender
     try:
         from ._appender import Appender  # type: ignore[import-not-found,unused-ignore]

@@ -10,8 +10,14 @@ from types import ModuleType
 from . import _pure
 
 
+def pure_forced() -> bool:
+    """Whether ``AIOKAFKA07_PURE`` asks for the pure-Python twins of every accelerator
+    (the codec's here, the producer's batch appender)."""
+    return os.environ.get("AIOKAFKA07_PURE", "") not in ("", "0")
+
+
 def _choose() -> ModuleType:
-    if os.environ.get("AIOKAFKA07_PURE", "") not in ("", "0"):
+    if pure_forced():
         return _pure
     try:
         from . import _speedups  # type: ignore[attr-defined,unused-ignore]
