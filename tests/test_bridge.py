@@ -17,8 +17,9 @@ import random
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,6 +120,27 @@ async def copied_beyond(process: asyncio.subprocess.Process, messages: int, time
             return int(skipped)
 
 
+def until_every_end(consumer: Any, topics: list[str]) -> Iterator[Any]:
+    """The records ``consumer`` polls until every partition of ``topics`` reported its
+    end (at most 60 idle polls of 1 s in a row)."""
+    pending = {(t, p) for t in topics for p in range(TARGET_PARTITIONS)}
+    idle = 0
+    while pending:
+        message = consumer.poll(1.0)
+        if message is None:
+            idle += 1
+            assert idle < 60, f"no end of partition from {pending}"
+            continue
+        idle = 0
+        if message.error() is not None:
+            assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, (
+                message.error()
+            )
+            pending.discard((message.topic(), message.partition()))
+            continue
+        yield message
+
+
 def read_target(bootstrap: str, topics: list[str]) -> Copied:
     """Every record of ``topics`` on the target, by confluent-kafka's consumer."""
     consumer = confluent_kafka.Consumer(
@@ -140,24 +162,15 @@ def read_target(bootstrap: str, topics: list[str]) -> Copied:
                 for p in range(TARGET_PARTITIONS)
             ]
         )
-        pending = {(t, p) for t in topics for p in range(TARGET_PARTITIONS)}
-        idle = 0
-        while pending:
-            message = consumer.poll(1.0)
-            if message is None:
-                idle += 1
-                assert idle < 60, f"no end of partition from {pending}"
-                continue
-            idle = 0
-            where = (message.topic(), message.partition())
-            if message.error() is not None:
-                assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, (
-                    message.error()
+        for message in until_every_end(consumer, topics):
+            copied[message.topic()].append(
+                (
+                    message.partition(),
+                    message.key(),
+                    message.value(),
+                    message.offset(),
+                    message.headers(),
                 )
-                pending.discard(where)
-                continue
-            copied[where[0]].append(
-                (where[1], message.key(), message.value(), message.offset(), message.headers())
             )
     finally:
         consumer.close()
@@ -494,7 +507,6 @@ def read_as_group(bootstrap: str, topics: list[str], group: str) -> list[bytes]:
             "log_level": 0,
         }
     )
-    values: list[bytes] = []
     try:
         wanted = [
             confluent_kafka.TopicPartition(t, p) for t in topics for p in range(TARGET_PARTITIONS)
@@ -506,25 +518,9 @@ def read_as_group(bootstrap: str, topics: list[str], group: str) -> list[bytes]:
         consumer.assign(
             [confluent_kafka.TopicPartition(tp.topic, tp.partition, tp.offset) for tp in committed]
         )
-        pending = {(t, p) for t in topics for p in range(TARGET_PARTITIONS)}
-        idle = 0
-        while pending:
-            message = consumer.poll(1.0)
-            if message is None:
-                idle += 1
-                assert idle < 60, f"no end of partition from {pending}"
-                continue
-            idle = 0
-            if message.error() is not None:
-                assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, (
-                    message.error()
-                )
-                pending.discard((message.topic(), message.partition()))
-                continue
-            values.append(message.value())
+        return [message.value() for message in until_every_end(consumer, topics)]
     finally:
         consumer.close()
-    return values
 
 
 async def unconsumed_on_07(
