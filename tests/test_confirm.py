@@ -146,19 +146,19 @@ async def test_another_writer_on_the_partition_neither_fails_nor_hides_a_larger_
     one = await connect(cluster, request_timeout_ms=1500)
     other = await connect(cluster, request_timeout_ms=1500)
     mine = [
-        one.submit_produce(produce("shared", 0, b"one-%03d" % i), confirm=True) for i in range(100)
+        one.submit_produce(produce("writers", 0, b"one-%03d" % i), confirm=True) for i in range(100)
     ]
     theirs = [
-        other.submit_produce(produce("shared", 0, b"other-%03d" % i), confirm=True)
+        other.submit_produce(produce("writers", 0, b"other-%03d" % i), confirm=True)
         for i in range(100)
     ]
-    dropped = one.submit_produce(produce("shared", 0, BIG), confirm=True)
+    dropped = one.submit_produce(produce("writers", 0, BIG), confirm=True)
     mine += [
-        one.submit_produce(produce("shared", 0, b"one-%03d" % i), confirm=True)
+        one.submit_produce(produce("writers", 0, b"one-%03d" % i), confirm=True)
         for i in range(100, 150)
     ]
     theirs += [
-        other.submit_produce(produce("shared", 0, b"other-%03d" % i), confirm=True)
+        other.submit_produce(produce("writers", 0, b"other-%03d" % i), confirm=True)
         for i in range(100, 150)
     ]
     results = await outcomes([*mine, *theirs, dropped])
@@ -166,7 +166,7 @@ async def test_another_writer_on_the_partition_neither_fails_nor_hides_a_larger_
     assert isinstance(error, ProduceNotConfirmedError)
     assert error.processed
     assert all(isinstance(r, int) for r in results), results
-    logged = await log_values(one, "shared", 0)
+    logged = await log_values(one, "writers", 0)
     assert sorted(logged) == sorted(
         [b"one-%03d" % i for i in range(150)] + [b"other-%03d" % i for i in range(150)]
     )
