@@ -26,9 +26,8 @@ from typing import Any
 from ..errors import ZooKeeperError
 from ..group import Subscription
 from ..monitor.lag import LagStatus, LagWindow, OffsetSample, PartitionLag, worst
-from ..monitor.offsets import partition_offset
+from ..monitor.offsets import partition_offset, probe_broker
 from ..pool import ConnectionPool
-from ..protocol import EARLIEST
 from ..records import TopicPartition
 from ..znodes import GroupRegistry, read_topics
 from ..zookeeper import ZooKeeper
@@ -129,15 +128,7 @@ async def run(args: argparse.Namespace) -> int:
             )
             _print_status(report, args.group is not None, args.json)
             status = worst(LagStatus[g["status"]] for g in report["groups"])
-    if status is LagStatus.ERR:
-        return EXIT_ERR
-    if status is LagStatus.STOP:
-        return EXIT_STOP
-    if status is LagStatus.STALL:
-        return EXIT_STALL
-    if status is LagStatus.WARN:
-        return EXIT_WARN
-    return 0
+    return EXIT_STATUS[status]
 
 
 async def list_groups(zk: ZooKeeper) -> list[dict[str, Any]]:
@@ -396,23 +387,25 @@ async def _sample(zk: ZooKeeper, pool: ConnectionPool, watched: list[_Watched]) 
     commits = await asyncio.gather(
         *(w.registry.committed_at(w.tp.topic, w.tp.name) for w in watched)
     )
-    tps = sorted({w.tp for w in watched})
-    ends, starts = await asyncio.gather(
-        asyncio.gather(*(partition_offset(pool, brokers.get(tp.broker_id), tp) for tp in tps)),
-        asyncio.gather(
-            *(partition_offset(pool, brokers.get(tp.broker_id), tp, EARLIEST) for tp in tps)
-        ),
+    per_broker: dict[int, list[TopicPartition]] = {}
+    for tp in sorted({w.tp for w in watched}):
+        per_broker.setdefault(tp.broker_id, []).append(tp)
+    probes = await asyncio.gather(
+        *(
+            probe_broker(pool, brokers[broker_id], tps)
+            for broker_id, tps in per_broker.items()
+            if broker_id in brokers
+        )
     )
-    log_end = dict(zip(tps, ends, strict=True))
-    log_start = dict(zip(tps, starts, strict=True))
+    log = {tp: offsets for probe in probes for tp, offsets in probe.offsets.items()}
     for w, commit in zip(watched, commits, strict=True):
-        end = log_end[w.tp]
-        w.log_end = end
+        offsets = log.get(w.tp)
+        w.log_end = None if offsets is None else offsets.end
         w.committed = None if commit is None else commit[0]
-        if commit is None or end is None:
+        if commit is None or offsets is None:
             continue
         offset, written_ms = commit
-        w.window.observe(OffsetSample(offset, end, log_start[w.tp], written_ms))
+        w.window.observe(OffsetSample(offset, offsets.end, offsets.start, written_ms))
 
 
 def _print_status(report: dict[str, Any], one_group: bool, as_json: bool) -> None:
