@@ -105,7 +105,8 @@ async def test_help_lists_every_command_and_each_command_has_help() -> None:
 def _statuses_returned(module: object) -> set[int]:
     """The exit statuses a command's ``run`` returns, read from its source: int literals
     and module-level int constants in its own return statements (both branches of a
-    conditional expression; nested functions are not ``run``'s returns)."""
+    conditional expression; every value of a module-level table of statuses indexed by
+    the return; nested functions are not ``run``'s returns)."""
     function = ast.parse(textwrap.dedent(inspect.getsource(module.run))).body[0]  # type: ignore[attr-defined]
     constants = vars(module)
 
@@ -116,6 +117,10 @@ def _statuses_returned(module: object) -> set[int]:
             return {node.value}
         if isinstance(node, ast.Name) and type(constants.get(node.id)) is int:
             return {constants[node.id]}
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            table = constants.get(node.value.id)
+            if isinstance(table, dict) and table and all(type(v) is int for v in table.values()):
+                return set(table.values())
         raise AssertionError(f"{module.__name__}.run returns {ast.unparse(node)}: not a status")  # type: ignore[attr-defined]
 
     found: set[int] = set()
