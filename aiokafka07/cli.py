@@ -191,6 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command = name
     level = getattr(module, "LOG_LEVEL", logging.WARNING)
     _configure_logging(name, args.debug, args.verbose, level)
+    from .tools.common import DEPRECATIONS
+
+    for warning in getattr(args, DEPRECATIONS, None) or ():
+        logging.getLogger("aiokafka07.tools").warning(warning)
     return _run(name, module.run, args, parser)
 
 

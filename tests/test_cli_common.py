@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from aiokafka07.cli import COMMANDS, SUBCOMMANDS, command_names, command_parser
+from aiokafka07.tools.common import DEPRECATIONS
 
 #: Short ZooKeeper connect timeout for unreachable-server cases (seconds).
-ZK_TIMEOUT = "0.5"
+ZK_TIMEOUT_MS = "500"
 
 
 async def start_cli(*args: str, stdin: bool = False) -> asyncio.subprocess.Process:
@@ -155,6 +156,52 @@ def test_every_help_lists_exactly_the_exit_statuses_its_command_has(name: str) -
     assert listed == returned | {1, 2, 130}, name
 
 
+@pytest.mark.parametrize(
+    ("command", "old", "new", "seconds", "ms"),
+    [
+        ("consume t --zookeeper zk", "--zk-timeout", "--zk-timeout-ms", "0.25", 250),
+        ("mirror t --source-zookeeper z",
+         "--progress-interval", "--progress-interval-ms", "2", 2000),
+        ("verify-rebalance g --zookeeper zk", "--wait", "--wait-ms", "1.5", 1500),
+    ],
+)  # fmt: skip
+def test_deprecated_seconds_options_still_work_in_milliseconds_and_hide_from_help(
+    command: str, old: str, new: str, seconds: str, ms: int
+) -> None:
+    """The options in seconds kept for one release: the value reaches the command in
+    milliseconds where the ``*-ms`` option puts it, with a warning naming the new one;
+    ``--help`` shows only the new one; the later of the two given wins."""
+    name, *rest = command.split()
+    parser = command_parser(name)
+    dest = new.lstrip("-").replace("-", "_")
+    args = parser.parse_intermixed_args([*rest, old, seconds])
+    assert getattr(args, dest) == ms
+    assert getattr(args, DEPRECATIONS) == [
+        f"{old} (seconds) is deprecated and goes in the next release: use {new} {ms}"
+    ]
+    fresh = parser.parse_intermixed_args([*rest, new, "7"])
+    assert getattr(fresh, dest) == 7
+    assert not getattr(fresh, DEPRECATIONS, None)
+    assert getattr(parser.parse_intermixed_args([*rest, new, "7", old, seconds]), dest) == ms
+    assert getattr(parser.parse_intermixed_args([*rest, old, seconds, new, "7"]), dest) == 7
+    usage = parser.format_help()
+    assert new in usage
+    assert re.search(rf"{old}(?!-ms)", usage) is None, usage
+
+
+async def test_a_deprecated_option_warns_once_on_stderr_and_still_applies() -> None:
+    dead = f"127.0.0.1:{unused_port()}"
+    code, _, err = await run_cli("consume", "t", "--zookeeper", dead, "--zk-timeout", "0.5")
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    assert lines == [
+        "aiokafka07 consume: warning: --zk-timeout (seconds) is deprecated and goes in the "
+        "next release: use --zk-timeout-ms 500",
+        lines[1],
+    ], err
+    assert f"cannot open a ZooKeeper session at {dead} within 500 ms" in lines[1]
+
+
 async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path) -> None:
     code, _, err = await run_cli("no-such-command")
     assert code == 2
@@ -197,7 +244,7 @@ async def test_bad_arguments_exit_2_other_errors_1_with_one_line(tmp_path: Path)
 
 async def test_unreachable_servers_fail_fast_with_one_line(tmp_path: Path) -> None:
     dead = f"127.0.0.1:{unused_port()}"
-    zk = ["--zookeeper", dead, "--zk-timeout", ZK_TIMEOUT]
+    zk = ["--zookeeper", dead, "--zk-timeout-ms", ZK_TIMEOUT_MS]
     offsets_file = tmp_path / "offsets.json"
     offsets_file.write_text('{"offsets": {"t": {"0-0": 5}}}')
     started = time.monotonic()
@@ -214,8 +261,8 @@ async def test_unreachable_servers_fail_fast_with_one_line(tmp_path: Path) -> No
             dead,
             "--target-zookeeper",
             dead,
-            "--zk-timeout",
-            ZK_TIMEOUT,
+            "--zk-timeout-ms",
+            ZK_TIMEOUT_MS,
         ),
     )
     for line in zk_errors:

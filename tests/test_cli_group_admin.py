@@ -134,9 +134,9 @@ async def test_verify_rebalance_judges_owners_against_the_assignment(
                 "rebalance failed: group hand has no live members, so nothing owns its partitions"
             )
 
-        # Real members, a whitelist one among them: --wait until the group has settled.
+        # Real members, a whitelist one among them: --wait-ms until the group has settled.
         waiting = await start_cli("verify-rebalance", "real", "--zookeeper", zookeeper,
-                                  "--wait", "60", "--json")  # fmt: skip
+                                  "--wait-ms", "60000", "--json")  # fmt: skip
         async with (
             Consumer("v", group="real", zookeeper=zookeeper, streams=2) as first,
             Consumer(group="real", zookeeper=zookeeper, whitelist="v|w") as second,

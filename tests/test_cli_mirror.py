@@ -114,7 +114,7 @@ async def test_mirror_keeps_sets_and_loses_nothing_across_ctrl_c(
 
         await produce_sets(source, "m", "first")
         await registered(zookeeper, source, "m")
-        proc = await start_cli(*mirror, "--progress", "--progress-interval", "0.2")
+        proc = await start_cli(*mirror, "--progress", "--progress-interval-ms", "200")
         await eventually(copied, timeout=30)
         # Progress reports, read as they come up to one that says it is all caught up.
         assert proc.stderr is not None

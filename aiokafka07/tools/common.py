@@ -38,6 +38,7 @@ __all__ = [
     "Progress",
     "UsageError",
     "add_cluster_options",
+    "add_deprecated_seconds",
     "add_progress_option",
     "add_zk_timeout",
     "delete_tree",
@@ -122,19 +123,70 @@ def positive_float(text: str) -> float:
     return value
 
 
-def add_zk_timeout(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--zk-timeout``: how long a ZooKeeper connection may take before the tool gives up."""
+#: Namespace attribute where deprecated options leave their warnings, for the
+#: dispatcher to log once logging is configured (:func:`aiokafka07.cli.main`).
+DEPRECATIONS = "deprecated_options"
+
+
+class _SecondsToMs(argparse.Action):
+    """A deprecated duration option in seconds: stores the value in milliseconds where
+    its ``*-ms`` replacement stores it, and leaves a warning naming the replacement."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, replacement: str, **kw: Any):
+        super().__init__(option_strings, dest, **kw)
+        self.replacement = replacement
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        ms = round(values * 1000)
+        setattr(namespace, self.dest, ms)
+        warnings = getattr(namespace, DEPRECATIONS, None) or []
+        warnings.append(
+            f"{option_string} (seconds) is deprecated and goes in the next release: "
+            f"use {self.replacement} {ms}"
+        )
+        setattr(namespace, DEPRECATIONS, warnings)
+
+
+def add_deprecated_seconds(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, old: str, replacement: str
+) -> None:
+    """``old``, a duration option in seconds kept for one release beside its ``*-ms``
+    ``replacement`` (added before, whose destination it shares): hidden from ``--help``,
+    still accepted, converted to milliseconds, with a warning when used. Given both, the
+    later one on the command line wins, as for a repeated option."""
+    dest = replacement.lstrip("-").replace("-", "_")
     parser.add_argument(
-        "--zk-timeout",
+        old,
+        dest=dest,
         type=positive_float,
-        default=5.0,
-        metavar="SECONDS",
-        help="give up connecting to ZooKeeper after this long (default 5)",
+        action=_SecondsToMs,
+        replacement=replacement,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
     )
 
 
+def add_zk_timeout(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--zk-timeout-ms``: how long a ZooKeeper connection may take before the tool gives
+    up (``--zk-timeout SECONDS``, deprecated, still accepted)."""
+    parser.add_argument(
+        "--zk-timeout-ms",
+        type=positive_int,
+        default=5000,
+        metavar="MS",
+        help="give up connecting to ZooKeeper after this many milliseconds (5000)",
+    )
+    add_deprecated_seconds(parser, "--zk-timeout", "--zk-timeout-ms")
+
+
 def add_cluster_options(parser: argparse.ArgumentParser, *, brokers: bool = True) -> None:
-    """``--zookeeper`` (and ``--brokers`` where a static list can do) plus ``--zk-timeout``.
+    """``--zookeeper`` (and ``--brokers`` where a static list can do) plus ``--zk-timeout-ms``.
 
     Which of them is required is checked by the command (argparse cannot express "one
     of" together with defaults); :func:`zookeeper_session` refuses a missing one.
@@ -158,11 +210,11 @@ def add_cluster_options(parser: argparse.ArgumentParser, *, brokers: bool = True
 
 
 def zookeeper_session(args: argparse.Namespace, connect: str | None = None) -> ZooKeeper:
-    """A (not yet started) session on ``connect`` or ``--zookeeper``, with ``--zk-timeout``."""
+    """A (not yet started) session on ``connect`` or ``--zookeeper``, with ``--zk-timeout-ms``."""
     connect = connect or args.zookeeper
     if not connect:
         raise UsageError("--zookeeper is required")
-    return ZooKeeper(connect, connection_timeout_ms=int(args.zk_timeout * 1000))
+    return ZooKeeper(connect, connection_timeout_ms=args.zk_timeout_ms)
 
 
 def parse_brokers(text: str) -> dict[int, BrokerAddress]:

@@ -302,7 +302,7 @@ async def _group(args: argparse.Namespace, output: Output, progress: Progress) -
             auto_commit_interval_ms=args.commit_interval_ms,
             fetch_size=args.fetch_size,
             max_fetch_size=max(args.fetch_size, 64 * 1048576),
-            connection_timeout_ms=int(args.zk_timeout * 1000),
+            connection_timeout_ms=args.zk_timeout_ms,
         )
 
         # Where each partition stood before the batch: what a rewind goes back to.

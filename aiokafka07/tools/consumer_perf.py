@@ -109,7 +109,7 @@ async def run(args: argparse.Namespace) -> int:
             consumer_timeout_ms=args.consumer_timeout_ms,
             fetch_size=args.fetch_size,
             max_fetch_size=max(args.fetch_size, 64 * 1048576),
-            connection_timeout_ms=int(args.zk_timeout * 1000),
+            connection_timeout_ms=args.zk_timeout_ms,
         )
         if not args.hide_header:
             print(DETAILED_HEADER if args.show_detailed_stats else HEADER, flush=True)

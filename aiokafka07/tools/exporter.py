@@ -133,7 +133,7 @@ async def run(args: argparse.Namespace) -> int:
         refresh_timeout_ms=args.refresh_timeout_ms,
         max_groups=args.max_groups,
         max_partitions=args.max_partitions,
-        connection_timeout_ms=args.zk_timeout * 1000,
+        connection_timeout_ms=args.zk_timeout_ms,
         on_refresh=tracker.observe,
     )
     server = ExporterServer(monitor, tracker, host=args.host, port=args.port)

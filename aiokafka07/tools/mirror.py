@@ -35,11 +35,11 @@ from .common import (
     CommandError,
     Progress,
     UsageError,
+    add_deprecated_seconds,
     add_progress_option,
     add_zk_timeout,
     describe_exit_status,
     parse_brokers,
-    positive_float,
     positive_int,
     stop_acknowledged,
 )
@@ -92,12 +92,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_progress_option(parser)
     parser.add_argument(
-        "--progress-interval",
-        type=positive_float,
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds between progress reports (1)",
+        "--progress-interval-ms",
+        type=positive_int,
+        default=1000,
+        metavar="MS",
+        help="milliseconds between progress reports (1000)",
     )
+    add_deprecated_seconds(parser, "--progress-interval", "--progress-interval-ms")
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary at the end")
     describe_exit_status(
         parser,
@@ -181,7 +182,7 @@ async def run(args: argparse.Namespace) -> int:
         raise UsageError("give --target-zookeeper or --target-brokers (one of them)")
     if sum(bool(x) for x in (args.topics, args.whitelist, args.blacklist)) != 1:
         raise UsageError("give TOPICs, a --whitelist or a --blacklist (one of them)")
-    timeout_ms = int(args.zk_timeout * 1000)
+    timeout_ms = args.zk_timeout_ms
     target: Cluster
     if args.target_brokers:
         target = StaticCluster(parse_brokers(args.target_brokers))
@@ -191,7 +192,7 @@ async def run(args: argparse.Namespace) -> int:
     progress = Progress(
         "mirrored",
         enabled=args.progress,
-        interval=args.progress_interval,
+        interval=args.progress_interval_ms / 1000,
         detail=lambda: f"{producer.metrics.queued_messages} waiting for the target",
     )
     mirror = Mirror(args, producer, progress)

@@ -355,4 +355,4 @@ def brokerinfo_cluster(args: argparse.Namespace, *, source: str | None = None) -
     if brokers:
         return StaticCluster(parse_brokers(brokers))
     assert zookeeper is not None
-    return ZooKeeperCluster(zookeeper, connection_timeout_ms=int(args.zk_timeout * 1000))
+    return ZooKeeperCluster(zookeeper, connection_timeout_ms=args.zk_timeout_ms)

@@ -236,9 +236,7 @@ async def run(args: argparse.Namespace) -> int:
                 "each batch goes to a random broker, which picks the partition"
             )
     else:
-        cluster = ZooKeeperCluster(
-            args.zookeeper, connection_timeout_ms=int(args.zk_timeout * 1000)
-        )
+        cluster = ZooKeeperCluster(args.zookeeper, connection_timeout_ms=args.zk_timeout_ms)
     sources: list[tuple[str, IO[bytes]]] = []
     with contextlib.ExitStack() as files:
         for name in args.files or ["-"]:

@@ -12,7 +12,7 @@ One row per partition: ``ok``, ``moving to <thread>``, ``no owner`` or ``not a m
 cleaning up, whose session has not expired yet). 0.7.2 prints "Rebalance operation
 successful / failed" and exits 0 either way; here the exit status says it: 0 when every
 partition is ``ok``, 3 when one is not, when a member's registration cannot be read, or
-when the group has no live members. ``--wait SECONDS`` checks again until the group is
+when the group has no live members. ``--wait-ms MS`` checks again until the group is
 balanced or the time is up (for scripts that just started or stopped a member).
 """
 
@@ -31,10 +31,11 @@ from ..zookeeper import ZooKeeper
 from .common import (
     CommandError,
     add_cluster_options,
+    add_deprecated_seconds,
     describe_exit_status,
     format_table,
     plural,
-    positive_float,
+    positive_int,
     zookeeper_session,
 )
 
@@ -50,11 +51,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("group", metavar="GROUP")
     add_cluster_options(parser, brokers=False)
     parser.add_argument(
-        "--wait",
-        type=positive_float,
-        metavar="SECONDS",
-        help="check again until the group is balanced, for at most this long",
+        "--wait-ms",
+        type=positive_int,
+        metavar="MS",
+        help="check again until the group is balanced, for at most this many milliseconds",
     )
+    add_deprecated_seconds(parser, "--wait", "--wait-ms")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     describe_exit_status(
         parser,
@@ -72,7 +74,7 @@ async def run(args: argparse.Namespace) -> int:
         if not await registry.exists():
             raise CommandError(f"there is no consumer group {args.group!r} in ZooKeeper")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (args.wait or 0)
+        deadline = loop.time() + (args.wait_ms or 0) / 1000
         backoff = Backoff(0.1, 1.0)
         while True:
             report = await verify(zk, registry)
