@@ -513,3 +513,67 @@ def test_batch_builder_twins_agree(
         len(pure),
         pure.closed,
     )
+
+
+_HOT_APPENDS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),  # topic ("c" never hot)
+        st.one_of(
+            st.binary(max_size=12),
+            st.text(max_size=4),
+            st.builds(bytearray, st.binary(max_size=4)),
+        ),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150)
+@given(
+    appends=_HOT_APPENDS,
+    caps=st.tuples(st.integers(0, 12), st.integers(0, 60), st.integers(0, 12), st.integers(0, 60)),
+    max_message=st.integers(0, 12),
+    cool=st.booleans(),
+)
+def test_send_hot_path_twins_agree(
+    appends: list[tuple[str, Any]], caps: tuple[int, int, int, int], max_message: int, cool: bool
+) -> None:
+    """send()'s hot path in C (``HotPath`` over ``BatchCore``, when built) and its pure
+    twin take the same messages into the same batches with one future each, refuse the
+    same ones (None, nothing taken), and call ``capped`` at the same moments; ``cool``:
+    ``capped`` takes the batch off the hot path, as the accumulator does."""
+    from aiokafka07.producer import accumulator, batch
+
+    try:
+        from aiokafka07.producer import _appender  # type: ignore[attr-defined]
+    except ImportError:
+        pytest.skip("the producer's C accelerator was not built")
+
+    class PureBatch(batch._PureBatchCore):
+        __slots__ = ()
+
+    def run(batch_type: type[Any], hot_path_type: type[Any]) -> list[Any]:
+        seen: list[Any] = []
+        batches = {}
+        for topic, (count_cap, byte_cap) in {"a": caps[:2], "b": caps[2:]}.items():
+            b = batch_type()
+            b.values, b.futures, b.size = [], [], 0
+            b.count_cap, b.byte_cap = count_cap, byte_cap
+            batches[topic] = b
+        hot = dict(batches)
+        made = iter(range(10**6))
+
+        def capped(b: Any) -> None:
+            seen.append(("capped", next(k for k, v in batches.items() if v is b)))
+            if cool:
+                del hot[next(k for k, v in hot.items() if v is b)]
+
+        path = hot_path_type(hot, lambda: ("future", next(made)), capped, max_message)
+        for topic, value in appends:
+            seen.append(path.append(topic, value))
+        seen.extend((b.values, b.futures, b.size) for b in batches.values())
+        return seen
+
+    pure = run(PureBatch, accumulator._PureHotPath)
+    assert run(_appender.BatchCore, _appender.HotPath) == pure
+    assert run(batch.Batch.__mro__[1], accumulator.HotPath) == pure

@@ -1,16 +1,26 @@
 /*
- * Optional accelerator for the producer's send_batch() hot path: BatchBuilder.append,
- * called once per message. Its pure-Python twin is _PureAppender in batch.py; tests run
- * both (AIOKAFKA07_PURE=1 forces the twin, as for the codec).
+ * Optional accelerator for the producer's two per-message hot paths. Their pure-Python
+ * twins are in batch.py and accumulator.py; tests run both (AIOKAFKA07_PURE=1 forces the
+ * twins, as for the codec).
  *
- * Appender is the base type of BatchBuilder. Its append(value, *, key=None,
- * timestamp=None) takes the common case in C: exactly one positional bytes value, no
- * serializer, a size within max.message.size; it returns the value's position, or None
- * when the batch is full (count limit, or bytes limit once it holds a message). Anything
- * else (keywords, another type, a serializer, an oversized value, `values` not a list) is
- * handed, arguments unchanged, to the subclass's Python method _append_slow, which holds
- * every check and error of the contract. So the two paths cannot disagree on an error:
- * C only ever takes the path on which nothing can be refused.
+ * Appender is the base type of BatchBuilder, the hot path of send_batch(). Its
+ * append(value, *, key=None, timestamp=None) takes the common case in C: exactly one
+ * positional bytes value, no serializer, a size within max.message.size; it returns the
+ * value's position, or None when the batch is full (count limit, or bytes limit once it
+ * holds a message). Anything else (keywords, another type, a serializer, an oversized
+ * value, `values` not a list) is handed, arguments unchanged, to the subclass's Python
+ * method _append_slow, which holds every check and error of the contract. So the two
+ * paths cannot disagree on an error: C only ever takes the path on which nothing can be
+ * refused.
+ *
+ * BatchCore is the base type of the producer's Batch: the fields the hot path of send()
+ * touches per message (values, futures, size, count_cap, byte_cap), as C members that
+ * Python reads and writes like slots. HotPath.append(topic, value) is that hot path
+ * (Accumulator's _PureHotPath is its twin): a bytes value within max.message.size, for
+ * a topic with a hot batch, gets a future from create_future, is appended with it, and
+ * if the batch reached count_cap or byte_cap, capped(batch) is called; the future is
+ * returned. In every other case it returns None and takes nothing, and the producer's
+ * general path (which explains any refusal) takes the message.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -133,9 +143,220 @@ static PyType_Spec appender_spec = {
     appender_slots,
 };
 
+/* -- BatchCore and HotPath (send()'s hot path) ------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *values;         /* list: the payloads, in order */
+    PyObject *futures;        /* list: one future per payload (or one for the whole batch) */
+    Py_ssize_t size;          /* payload bytes */
+    Py_ssize_t count_cap;     /* while hot: messages it may hold */
+    Py_ssize_t byte_cap;      /* while hot: payload bytes it may hold */
+} BatchCore;
+
+static int
+batch_traverse(BatchCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->values);
+    Py_VISIT(self->futures);
+    return 0;
+}
+
+static int
+batch_clear(BatchCore *self)
+{
+    Py_CLEAR(self->values);
+    Py_CLEAR(self->futures);
+    return 0;
+}
+
+static void
+batch_dealloc(BatchCore *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    batch_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMemberDef batch_members[] = {
+    {"values", T_OBJECT_EX, offsetof(BatchCore, values), 0, "The payloads, in order."},
+    {"futures", T_OBJECT_EX, offsetof(BatchCore, futures), 0, "Their futures."},
+    {"size", T_PYSSIZET, offsetof(BatchCore, size), 0, "Payload bytes."},
+    {"count_cap", T_PYSSIZET, offsetof(BatchCore, count_cap), 0, "Hot: messages it may hold."},
+    {"byte_cap", T_PYSSIZET, offsetof(BatchCore, byte_cap), 0, "Hot: bytes it may hold."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot batch_slots[] = {
+    {Py_tp_doc, "The C base of the producer's Batch: the fields of send()'s hot path."},
+    {Py_tp_members, batch_members},
+    {Py_tp_traverse, batch_traverse},
+    {Py_tp_clear, batch_clear},
+    {Py_tp_dealloc, batch_dealloc},
+    {Py_tp_new, PyType_GenericNew},
+    {0, NULL},
+};
+
+static PyType_Spec batch_spec = {
+    "aiokafka07.producer._appender.BatchCore",
+    sizeof(BatchCore),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    batch_slots,
+};
+
+static PyTypeObject *batch_type; /* BatchCore, for HotPath's check */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *hot;            /* dict: topic -> its hot batch (a BatchCore) */
+    PyObject *create_future;  /* callable: the loop's create_future */
+    PyObject *capped;         /* callable(batch): the batch reached a cap */
+    Py_ssize_t max_message;   /* max.message.size */
+} HotPath;
+
+static PyObject *
+hotpath_append(HotPath *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "append() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *value = args[1];
+    if (!PyBytes_CheckExact(value) || self->hot == NULL || !PyDict_CheckExact(self->hot)
+        || self->create_future == NULL || self->capped == NULL)
+        Py_RETURN_NONE;
+    Py_ssize_t size = PyBytes_GET_SIZE(value);
+    if (size > self->max_message)
+        Py_RETURN_NONE;
+    PyObject *found = PyDict_GetItemWithError(self->hot, args[0]);
+    if (found == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyObject_TypeCheck(found, batch_type))
+        Py_RETURN_NONE;
+    BatchCore *batch = (BatchCore *)found;
+    if (batch->values == NULL || batch->futures == NULL || !PyList_CheckExact(batch->values)
+        || !PyList_CheckExact(batch->futures))
+        Py_RETURN_NONE;
+    /* create_future runs Python code: hold the batch (the dict's reference is borrowed). */
+    Py_INCREF(batch);
+    PyObject *future = PyObject_CallNoArgs(self->create_future);
+    if (future == NULL)
+        goto fail;
+    if (PyList_Append(batch->futures, future) < 0)
+        goto fail;
+    if (PyList_Append(batch->values, value) < 0) {
+        /* keep the two lists parallel: take the future back */
+        Py_ssize_t n = PyList_GET_SIZE(batch->futures);
+        PyList_SetSlice(batch->futures, n - 1, n, NULL);
+        goto fail;
+    }
+    batch->size += size;
+    if (PyList_GET_SIZE(batch->values) >= batch->count_cap || batch->size >= batch->byte_cap) {
+        PyObject *result = PyObject_CallOneArg(self->capped, (PyObject *)batch);
+        if (result == NULL)
+            goto fail;
+        Py_DECREF(result);
+    }
+    Py_DECREF(batch);
+    return future;
+fail:
+    Py_XDECREF(future);
+    Py_DECREF(batch);
+    return NULL;
+}
+
+static int
+hotpath_init(HotPath *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"hot", "create_future", "capped", "max_message_size", NULL};
+    PyObject *hot, *create_future, *capped;
+    Py_ssize_t max_message;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOn:HotPath", kwlist, &PyDict_Type, &hot,
+                                     &create_future, &capped, &max_message))
+        return -1;
+    Py_INCREF(hot);
+    Py_XSETREF(self->hot, hot);
+    Py_INCREF(create_future);
+    Py_XSETREF(self->create_future, create_future);
+    Py_INCREF(capped);
+    Py_XSETREF(self->capped, capped);
+    self->max_message = max_message;
+    return 0;
+}
+
+static int
+hotpath_traverse(HotPath *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->hot);
+    Py_VISIT(self->create_future);
+    Py_VISIT(self->capped);
+    return 0;
+}
+
+static int
+hotpath_clear(HotPath *self)
+{
+    Py_CLEAR(self->hot);
+    Py_CLEAR(self->create_future);
+    Py_CLEAR(self->capped);
+    return 0;
+}
+
+static void
+hotpath_dealloc(HotPath *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    hotpath_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef hotpath_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))hotpath_append, METH_FASTCALL,
+     "append($self, topic, value, /)\n--\n\n"
+     "Take a bytes value into the topic's hot batch and return its future; None (taking\n"
+     "nothing) when there is no hot batch, the value is not bytes or is too large."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef hotpath_members[] = {
+    {"create_future", T_OBJECT_EX, offsetof(HotPath, create_future), 0,
+     "Makes each message's future (the loop's create_future once started)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot hotpath_slots[] = {
+    {Py_tp_doc, "HotPath(hot, create_future, capped, max_message_size): send()'s hot path."},
+    {Py_tp_methods, hotpath_methods},
+    {Py_tp_members, hotpath_members},
+    {Py_tp_init, hotpath_init},
+    {Py_tp_traverse, hotpath_traverse},
+    {Py_tp_clear, hotpath_clear},
+    {Py_tp_dealloc, hotpath_dealloc},
+    {Py_tp_new, PyType_GenericNew},
+    {0, NULL},
+};
+
+static PyType_Spec hotpath_spec = {
+    "aiokafka07.producer._appender.HotPath",
+    sizeof(HotPath),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    hotpath_slots,
+};
+
 static struct PyModuleDef appender_module = {
     PyModuleDef_HEAD_INIT, "aiokafka07.producer._appender",
-    "C accelerator for BatchBuilder.append (see batch.py for the pure-Python twin).", -1,
+    "C accelerator for the producer's hot paths (twins in batch.py and accumulator.py).", -1,
     NULL, NULL, NULL, NULL, NULL,
 };
 
@@ -148,11 +369,23 @@ PyInit__appender(void)
     PyObject *module = PyModule_Create(&appender_module);
     if (module == NULL)
         return NULL;
-    PyObject *type = PyType_FromSpec(&appender_spec);
-    if (type == NULL || PyModule_AddObject(module, "Appender", type) < 0) {
-        Py_XDECREF(type);
-        Py_DECREF(module);
-        return NULL;
+    PyType_Spec *specs[] = {&appender_spec, &batch_spec, &hotpath_spec};
+    const char *names[] = {"Appender", "BatchCore", "HotPath"};
+    for (int i = 0; i < 3; i++) {
+        PyObject *type = PyType_FromSpec(specs[i]);
+        if (type == NULL)
+            goto fail;
+        if (i == 1) {
+            Py_INCREF(type);
+            batch_type = (PyTypeObject *)type;
+        }
+        if (PyModule_AddObject(module, names[i], type) < 0) {
+            Py_DECREF(type);
+            goto fail;
+        }
     }
     return module;
+fail:
+    Py_DECREF(module);
+    return NULL;
 }

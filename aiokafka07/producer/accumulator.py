@@ -12,9 +12,10 @@ and wakes once it drained to 80 %, so blocked callers do not wake for every mess
 
 **The hot path.** Messages without a key go to one random target per batch (0.7.2 picks a
 random partition; keeping it for a batch fills batches). That batch is the topic's
-*sticky* batch, and while there is room it is also *hot*: :meth:`Accumulator.append_hot`
-then accepts a message with a few list appends and two comparisons, no per-message object
-and no global counter. To keep the buffer limit exact, a hot batch reserves the room it
+*sticky* batch, and while there is room it is also *hot*: ``Accumulator.hot_path.append``
+(:class:`HotPath`, in C when the accelerator was built) then accepts a message with two
+list appends and two comparisons, no per-message object but its future and no global
+counter. To keep the buffer limit exact, a hot batch reserves the room it
 may use when it becomes hot (``count_cap``, ``byte_cap``); its messages are folded into
 the counters when it cools (it filled up, was sealed, or another path touched it) and
 whenever the counters are read (:meth:`Accumulator.settle`).
@@ -26,15 +27,60 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProducerClosedError
-from .batch import Batch, Route
+from .batch import Batch, Route, _accelerated
 
-__all__ = ["Accumulator", "BrokerQueue"]
+__all__ = ["Accumulator", "BrokerQueue", "HotPath"]
 
 #: A MULTIPRODUCE carries at most 32767 entries; compression may split a batch in a few.
 MAX_BATCHES_PER_REQUEST = 1000
+
+
+class _PureHotPath:
+    """The hot path of ``send()`` (the pure-Python twin of the C ``HotPath`` in
+    ``_appender.c``): a keyless bytes payload within ``max_message_size`` for a topic
+    with a hot batch in ``hot`` is appended to it with a future from ``create_future``;
+    ``capped(batch)`` is called once the batch reached ``count_cap`` or ``byte_cap``.
+    :meth:`append` returns the future, or None having taken nothing (the producer's
+    general path then takes the message, and explains any refusal)."""
+
+    __slots__ = ("_capped", "_hot", "_max_message", "create_future")
+
+    def __init__(
+        self,
+        hot: dict[str, Batch],
+        create_future: Callable[[], asyncio.Future[Any]],
+        capped: Callable[[Batch], None],
+        max_message_size: int,
+    ) -> None:
+        self._hot = hot
+        self.create_future = create_future
+        self._capped = capped
+        self._max_message = max_message_size
+
+    def append(self, topic: str, value: bytes, /) -> asyncio.Future[Any] | None:
+        if type(value) is not bytes:
+            return None
+        batch = self._hot.get(topic)
+        size = len(value)
+        if batch is None or size > self._max_message:
+            return None
+        future = self.create_future()
+        batch.futures.append(future)
+        values = batch.values
+        values.append(value)
+        size = batch.size = batch.size + size
+        if len(values) >= batch.count_cap or size >= batch.byte_cap:
+            self._capped(batch)
+        return future
+
+
+if TYPE_CHECKING:
+    HotPath = _PureHotPath
+else:
+    HotPath = _accelerated("HotPath", _PureHotPath)
 
 
 class BrokerQueue:
@@ -114,10 +160,12 @@ class Accumulator:
         # Set once closing and every message accepted has ended (wait_drained).
         self._drained = asyncio.Event()
         self._create_future: Callable[[], asyncio.Future[Any]] | None = None
+        #: ``hot_path.append(topic, value)``: see :class:`HotPath`.
+        self.hot_path = HotPath(self.hot, asyncio.Future, self.capped, max_message_size)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Create futures on ``loop`` (the producer's, once started)."""
-        self._create_future = loop.create_future
+        self._create_future = self.hot_path.create_future = loop.create_future
 
     # -- space -----------------------------------------------------------------------
 
@@ -195,22 +243,6 @@ class Accumulator:
         self._maybe_space()
 
     # -- accepting -------------------------------------------------------------------
-
-    def append_hot(self, topic: str, value: bytes) -> asyncio.Future[Any] | None:
-        """The hot path: add a keyless payload to the topic's hot batch and return its
-        future; None when there is no hot batch or the payload is too large (the caller
-        takes the general path, which explains)."""
-        batch = self.hot.get(topic)
-        if batch is None or len(value) > self.max_message_size:
-            return None
-        future = self._create_future()  # type: ignore[misc]
-        batch.futures.append(future)
-        values = batch.values
-        values.append(value)
-        size = batch.size = batch.size + len(value)
-        if len(values) >= batch.count_cap or size >= batch.byte_cap:
-            self.capped(batch)
-        return future
 
     def capped(self, batch: Batch) -> None:
         """A hot batch used its room: sealed if full, else (the buffer is) just cooled."""

@@ -14,18 +14,52 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import InvalidConfigError, MessageTooLargeError
 from ..protocol._accel import pure_forced
 
 __all__ = ["Batch", "BatchBuilder", "Route", "check_message_size", "serialize"]
 
+T = TypeVar("T")
+
 Route = tuple[Any, "tuple[int, int] | None"]
 """How a message was routed, to route it again on a retry: (key, pinned partition)."""
 
 
-class Batch:
+class _PureBatchCore:
+    """The pure-Python twin of the C ``BatchCore`` (``_appender.c``): the fields of a
+    :class:`Batch` that ``send()``'s hot path touches per message."""
+
+    __slots__ = ("byte_cap", "count_cap", "futures", "size", "values")
+
+    values: list[bytes]
+    futures: list[asyncio.Future[Any]]
+    size: int
+    count_cap: int
+    byte_cap: int
+
+
+def _accelerated(name: str, twin: type[T]) -> type[T]:
+    """The C type ``name`` of ``_appender`` when it was built (and ``AIOKAFKA07_PURE``
+    is not set), else its pure-Python ``twin``: chosen once, at import, as the codec's
+    accelerator is."""
+    if pure_forced():
+        return twin
+    try:
+        from . import _appender  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:  # not built (no compiler at install time)
+        return twin
+    return cast("type[T]", getattr(_appender, name))
+
+
+if TYPE_CHECKING:
+    _BatchCore = _PureBatchCore
+else:
+    _BatchCore = _accelerated("BatchCore", _PureBatchCore)
+
+
+class Batch(_BatchCore):
     """Messages for one (broker, topic, partition), in the order they were accepted.
 
     ``values`` are payloads, or at the positions in ``raw`` whole encoded entries
@@ -47,19 +81,14 @@ class Batch:
         "base_count",
         "base_size",
         "broker_id",
-        "byte_cap",
-        "count_cap",
         "created",
         "ended",
-        "futures",
         "isolated",
         "last_error",
         "partition",
         "raw",
         "routes",
-        "size",
         "topic",
-        "values",
         "whole",
     )
 
@@ -109,7 +138,7 @@ class Batch:
         *,
         raw: bool = False,
     ) -> None:
-        """Append one message (the general path; the hot path appends inline)."""
+        """Append one message (the general path; the hot path is HotPath.append)."""
         position = len(self.values)
         self.values.append(value)
         self.futures.append(future)
@@ -204,18 +233,6 @@ class _PureAppender:
         return self._append_slow(value, key=key, timestamp=timestamp)
 
 
-def _appender_base() -> type[_PureAppender]:
-    """The C ``Appender`` when it was built (and ``AIOKAFKA07_PURE`` is not set), else
-    the pure-Python twin: chosen once, at import, as the codec's accelerator is."""
-    if pure_forced():
-        return _PureAppender
-    try:
-        from ._appender import Appender  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # not built (no compiler at install time)
-        return _PureAppender
-    return Appender  # type: ignore[no-any-return,unused-ignore]
-
-
 class _BatchBuilderMethods:
     """What :class:`BatchBuilder` adds to its appender (kept apart so the tests can build
     the same class on the pure twin: :func:`pure_batch_builder`)."""
@@ -300,7 +317,7 @@ class _BatchBuilderMethods:
 if TYPE_CHECKING:
     _Appender = _PureAppender
 else:
-    _Appender = _appender_base()
+    _Appender = _accelerated("Appender", _PureAppender)
 
 
 class BatchBuilder(_BatchBuilderMethods, _Appender):

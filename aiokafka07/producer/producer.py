@@ -70,6 +70,11 @@ __all__ = ["Producer"]
 log = logging.getLogger("aiokafka07.producer")
 
 
+def _never_hot(topic: str, value: Any, /) -> None:
+    """send()'s hot path for a producer with a ``value_serializer``: never taken."""
+    return None
+
+
 class Producer:
     """Send messages to Kafka 0.7 (an async context manager).
 
@@ -187,11 +192,11 @@ class Producer:
             max_message_size=self.max_message_size,
             on_new_queue=self._new_broker,
         )
-        # Where send() finds a topic's hot batch: none ever with a value_serializer (the
-        # hot path takes bytes as they are).
-        self._hot = self._accumulator.hot if value_serializer is None else {}
-        # The loop's create_future, bound at start() (the hot path calls it per message).
-        self._create_future: Callable[[], asyncio.Future[Any]] = asyncio.Future
+        # send()'s hot path (HotPath.append), never with a value_serializer (the hot path
+        # takes bytes as they are).
+        self._append_hot: Callable[[str, Any], asyncio.Future[Any] | None] = (
+            self._accumulator.hot_path.append if value_serializer is None else _never_hot
+        )
         self._outcomes = Outcomes(self._metrics, self._accumulator.release)
         self._sender = Sender(
             accumulator=self._accumulator,
@@ -258,7 +263,6 @@ class Producer:
             await self.cluster.start()
         self._loop = asyncio.get_running_loop()
         self._accumulator.bind(self._loop)
-        self._create_future = self._loop.create_future
         self._started = True
         log.info(
             "producer started on %r: compression %s%s, confirm %s (%s when unconfirmed), "
@@ -509,19 +513,10 @@ class Producer:
             # before the message is taken, so a send() cancelled here took nothing (none
             # of its awaits comes after the message is accepted).
             await self._let_senders_run()
-        if key is None and partition is None and type(value) is bytes:
-            # The accumulator's hot path (Accumulator.append_hot), inlined: a call costs
-            # a fifth of the per-message work here.
-            batch = self._hot.get(topic)
-            size = len(value)
-            if batch is not None and size <= self.max_message_size:
-                future: asyncio.Future[ProduceResult] = self._create_future()
-                batch.futures.append(future)
-                values = batch.values
-                values.append(value)
-                size = batch.size = batch.size + size
-                if len(values) >= batch.count_cap or size >= batch.byte_cap:
-                    self._accumulator.capped(batch)
+        if key is None and partition is None:
+            # The accumulator's hot path: one call (in C when it was built).
+            future = self._append_hot(topic, value)
+            if future is not None:
                 return future
         future, _ = await self._accept(topic, value, key, partition)
         return future
@@ -534,8 +529,8 @@ class Producer:
         partition: tuple[int, int] | None = None,
     ) -> asyncio.Future[ProduceResult]:
         """Accept a message, or raise :class:`QueueFullError` if the buffer is full."""
-        if key is None and partition is None and type(value) is bytes and topic in self._hot:
-            future = self._accumulator.append_hot(topic, value)
+        if key is None and partition is None:
+            future = self._append_hot(topic, value)
             if future is not None:
                 return future
         return self._accept_nowait(topic, value, key, partition)
