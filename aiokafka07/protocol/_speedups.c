@@ -10,6 +10,7 @@
  *   crc32(data, value=0) -> int
  *   java_string_hash(s) -> int
  *   inflate(data, pos, limit, hint) -> (status, output or message, end, crc)
+ *   _crc_fold(enabled) -> bool   (C only: the tests' switch between the CRC paths)
  *
  * scan() walks a message set from `pos`, appends one `cls` tuple per plain message to
  * `out` and stops at the first entry it cannot turn into a message, reporting why as a
