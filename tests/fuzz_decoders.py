@@ -12,7 +12,10 @@ gzip with several members and trailing bytes; the issue's 22-byte snappy block a
 gzip bomb; request and response frames. Mutations flip bits, write boundary values
 into length fields, cut, insert and splice, and, for compressed wrappers, mutate the
 compressed payload or the inner set and then fix the wrapper's CRC, so that the mutant
-gets past the CRC check into the decompressor and the inner decoder.
+gets past the CRC check into the decompressor and the inner decoder. Where the C
+accelerator is built, its inflater must also give exactly the pure twin's answer (output,
+end and CRC, or the same status and message) on the deflate data of every input read as
+a gzip wrapper's payload, and its CRC-32 zlib's on every input.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import random  # noqa: E402
 import struct  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+import zlib  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -159,6 +163,22 @@ def decoders(bound: int) -> list[tuple[str, Callable[[bytes], Any]]]:
     ]
 
 
+def twins_agree(fast: Any, data: bytes) -> bool:
+    """The C inflater gives the pure twin's answer on the deflate data of ``data`` read as
+    a gzip wrapper's payload (a magic-1 entry's payload starts at 10; its member's
+    deflate data 10 bytes further), with the trailer's size as the hint; and the C
+    CRC-32 is zlib's, for a running value taken from the input."""
+    payload = data[10:]
+    pos = min(10, len(payload))
+    hint = int.from_bytes(payload[-4:], "little") % (BOUND + 1)
+    answers = []
+    for impl in (fast, _pure):
+        status, result, end, crc = impl.inflate(payload, pos, BOUND, hint)
+        answers.append((status, bytes(result) if status == _pure.IN_OK else result, end, crc))
+    value = int.from_bytes(data[:4], "little")
+    return answers[0] == answers[1] and fast.crc32(data, value) == zlib.crc32(data, value)
+
+
 def run(count: int, seed: int) -> int:
     rng = random.Random(seed)
     pool = seeds(rng)
@@ -190,6 +210,9 @@ def run(count: int, seed: int) -> int:
             except BaseException as exc:  # the failure this fuzzer looks for
                 print(f"input {i} ({name}): {type(exc).__name__}: {exc}\n{data.hex()}")
                 return 1
+        if len(implementations) == 2 and not twins_agree(implementations[0], data):
+            print(f"input {i} (twins disagree)\n{data.hex()}")
+            return 1
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     for name in values:
         print(f"{name:>20}: {values[name]:6} values, {errors[name]:6} typed errors")

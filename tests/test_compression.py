@@ -3,12 +3,16 @@ bound on what decompression may produce."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import random
 import struct
+import tracemalloc
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import cramjam
 import pytest
@@ -16,6 +20,7 @@ import pytest
 from aiokafka07.errors import CompressionError, UnknownCodecError
 from aiokafka07.protocol import (
     Compression,
+    _pure,
     compress,
     decode_message_set,
     decompress,
@@ -119,6 +124,49 @@ def test_gzip_output_is_bounded() -> None:
         gzip_decompress(gzip_compress(b"a" * 600) + gzip_compress(b"b" * 600), max_size=1000)
     assert gzip_decompress(gzip_compress(b""), max_size=0) == b""
     assert DEFAULT_MAX_DECOMPRESSED == 64 << 20
+
+
+def _peak(call: Callable[[], object]) -> int:
+    """The most bytes held at once (traced allocations, the C accelerator's too) during
+    ``call``, which may raise CompressionError."""
+    tracemalloc.start()
+    try:
+        with contextlib.suppress(CompressionError):
+            call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_gzip_output_stays_within_the_bound_while_it_grows(impl: ModuleType) -> None:
+    """A bomb against a bound: what is held never passes the bound (plus the input),
+    however the output grows toward it: the C inflater grows one buffer up to the bound;
+    the pure twin's pieces and the buffer they are joined into may hold it twice."""
+    bound = 3 << 20
+    bomb = gzip_compress(bytes(64 << 20))
+    times = 1 if impl is not _pure else 2
+    peak = _peak(lambda: gzip_decompress(bomb, max_size=bound))
+    assert peak < times * bound + len(bomb) + (256 << 10)
+
+
+def test_gzip_trailer_size_is_only_a_hint(impl: ModuleType) -> None:
+    """The size a member's trailer declares sizes the first allocation, no more than what
+    the compressed bytes can expand to (about 1032:1) and never past the bound; an output
+    larger than a declared size grows to its true size."""
+    member = gzip_compress(b"x" * 1000)
+    lying = member[:-4] + struct.pack("<I", 0xFFFFFFFF)
+    with pytest.raises(CompressionError, match="trailer"):
+        gzip_decompress(lying, max_size=1 << 30)
+    assert _peak(lambda: gzip_decompress(lying, max_size=1 << 30)) < len(lying) * 1032 + 65536
+    # The last member declares 10 bytes; the first holds 200,000.
+    two = gzip_compress(b"a" * 200_000) + gzip_compress(b"b" * 10)
+    assert gzip_decompress(two) == b"a" * 200_000 + b"b" * 10
+    # The declared size is the bound's (exactly fits), then one byte less.
+    data = random.Random(5).randbytes(70_000)
+    assert gzip_decompress(gzip_compress(data), max_size=70_000) == data
+    with pytest.raises(CompressionError) as over:
+        gzip_decompress(gzip_compress(data), max_size=69_999)
+    assert over.value.limit == 69_999
 
 
 @pytest.mark.parametrize("size", [0, 1, 32767, 32768, 32769, 65536, (1 << 20) + 17])

@@ -4,7 +4,11 @@ and the C accelerator agrees with the pure-Python codec on any input."""
 from __future__ import annotations
 
 import contextlib
+import platform
 import random
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +33,7 @@ from aiokafka07.protocol import (
     OffsetsRequest,
     ProduceRequest,
     _accel,
+    _pure,
     decode_fetch_response,
     decode_message_set,
     decode_multifetch_response,
@@ -257,6 +262,52 @@ def test_c_and_python_encoders_agree(payloads: list[bytes], magic: int) -> None:
         assert fast.crc32(p) == pure.crc32(p)
 
 
+def _crc_paths(impl: ModuleType) -> Iterator[str]:
+    """Each way ``impl`` computes a CRC-32 here: the C twin's carry-less fold where the CPU
+    has it, then its table (the path of every CPU without the instruction); the pure
+    twin's zlib."""
+    fold = getattr(impl, "_crc_fold", None)
+    if fold is None:
+        yield "zlib"
+        return
+    had = fold(True)
+    try:
+        if had:
+            yield "fold"
+        fold(False)
+        yield "table"
+    finally:
+        fold(had)
+
+
+@given(st.binary(max_size=5000), st.integers(0, 15), st.integers(0, 0xFFFFFFFF))
+@example(bytes(range(256)) * 8, 0, 0)
+@example(b"\xff" * 64, 0, 0xFFFFFFFF)
+@example(b"\x00" * 4096, 3, 1)  # the length from which the C twin lets other threads run
+def test_crc32_of_any_bytes_matches_zlib(
+    impl: ModuleType, data: bytes, skip: int, value: int
+) -> None:
+    """Every length (the C twin folds 64 and 16 bytes at a time where the CPU can, and
+    takes the rest 8, 4 and 1 bytes at a time), every alignment, any running value."""
+    view = memoryview(data)[skip:]
+    for _ in _crc_paths(impl):
+        assert impl.crc32(view) == zlib.crc32(view)
+        assert impl.crc32(view, value) == zlib.crc32(view, value)
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C accelerator is not built here")
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 only")
+def test_the_crc_fold_is_used_where_the_cpu_has_it() -> None:
+    """On x86-64 the carry-less fold is built in and chosen when the CPU has PCLMULQDQ
+    (not silently left out by the preprocessor checks that keep other machines building)."""
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
+    fold = IMPLEMENTATIONS[0]._crc_fold
+    had = fold(True)
+    fold(had)
+    assert had is ("pclmulqdq" in flags)
+
+
 # --- compression --------------------------------------------------------------------
 
 BOUNDARY_SIZES = [0, 1, 32767, 32768, 32769, 65535, 65536, 65537, (1 << 20) + 3]
@@ -297,6 +348,50 @@ def test_arbitrary_bytes_decompress_or_raise_compression_error(data: bytes) -> N
             decompress(data)
     with contextlib.suppress(CompressionError):
         snappy_decompress(b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01" + data)
+
+
+def _inflate_answer(
+    impl: ModuleType, data: bytes, pos: int, limit: int, hint: int
+) -> tuple[Any, ...]:
+    status, result, end, crc = impl.inflate(data, pos, limit, hint)
+    return status, bytes(result) if status == _pure.IN_OK else result, end, crc
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C accelerator is not built here")
+@given(
+    st.binary(max_size=6000) | st.text(max_size=6000).map(str.encode),
+    st.integers(0, 9),
+    st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=3),
+    st.integers(0, 1 << 13),
+    st.integers(0, 8000),
+    st.integers(0, 9000),
+)
+@example(b"x" * 100, 6, [], 0, 100, 100)  # exactly the bound, the hint exact
+@example(b"x" * 5000, 6, [], 0, 5000, 1)  # the output grows from a tiny hint
+@example(b"x" * 5000, 6, [], 0, 4999, 9000)  # one byte over
+@example(b"", 6, [], 0, 0, 0)  # nothing, within a bound of nothing
+@example(b"x", 0, [], 0, 0, 0)  # one byte over a bound of nothing
+def test_c_and_python_inflaters_agree(
+    data: bytes, level: int, flips: list[tuple[int, int]], cut: int, limit: int, hint: int
+) -> None:
+    """A gzip member's deflate data, whole, then with bytes changed and the end cut: the
+    same output, end and CRC, or the same status and message, from both twins; the data
+    itself back when nothing was changed and the bound allows."""
+    fast, pure = IMPLEMENTATIONS
+    member = gzip_compress(data, level) + b"trailing"
+    whole = _inflate_answer(fast, member, 10, limit, hint)
+    assert whole == _inflate_answer(pure, member, 10, limit, hint)
+    if len(data) <= limit:
+        assert whole == (_pure.IN_OK, data, len(member) - 16, zlib.crc32(data))
+    else:
+        assert whole == (_pure.IN_OVER, None, 0, 0)
+    mutant = bytearray(member)
+    for where, value in flips:
+        mutant[10 + where % (len(mutant) - 10)] = value
+    del mutant[len(mutant) - cut % (len(mutant) - 9) :]
+    assert _inflate_answer(fast, bytes(mutant), 10, limit, hint) == _inflate_answer(
+        pure, bytes(mutant), 10, limit, hint
+    )
 
 
 # --- requests and responses -----------------------------------------------------------

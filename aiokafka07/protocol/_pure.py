@@ -181,6 +181,88 @@ def encode_message_set(payloads: Sequence[Any], magic: int, attributes: int) -> 
     return b"".join(parts)
 
 
+# inflate's statuses: the output, a message saying why the data is corrupt, over the
+# limit, or cut short (the input ends inside the deflate stream).
+IN_OK = 0
+IN_CORRUPT = 1
+IN_OVER = 2
+IN_SHORT = 3
+
+#: Most bytes one inflate step produces (and most compressed bytes it reads): pieces of
+#: output are checked against the bound as they come, so nothing much larger than the
+#: bound is ever held.
+INFLATE_STEP = 4 << 20
+# Compressed input handed to zlib by the first call (doubling up to INFLATE_STEP): bounds
+# the copy zlib makes of unused input at the end of a member.
+_INFLATE_INPUT = 16 << 10
+
+
+class Output:
+    """Decompressed bytes, kept without copying while they are one piece, then in one
+    growing buffer (never the pieces and their concatenation at once)."""
+
+    __slots__ = ("first", "grown", "size")
+
+    def __init__(self) -> None:
+        self.first: Any = None
+        self.grown: bytearray | None = None
+        self.size = 0
+
+    def add(self, piece: Any) -> None:
+        if not piece:
+            return
+        self.size += len(piece)
+        if self.grown is not None:
+            self.grown += piece
+        elif self.first is None:
+            self.first = piece
+        else:
+            self.grown = bytearray(self.first)
+            self.grown += piece
+            self.first = None
+
+    def result(self) -> bytes | bytearray:
+        if self.grown is not None:
+            return self.grown
+        return self.first or b""
+
+
+def inflate(data: Any, pos: int, limit: int, hint: int) -> tuple[int, Any, int, int]:
+    """The raw deflate stream at ``data[pos:]`` inflated into at most ``limit`` bytes, in
+    steps of at most :data:`INFLATE_STEP` each checked before the next: ``(IN_OK, output,
+    end, crc)`` (``end`` where the deflate data ends, ``crc`` the output's CRC-32), or
+    ``(IN_CORRUPT, message, 0, 0)``, ``(IN_OVER, None, 0, 0)``, ``(IN_SHORT, None, 0, 0)``.
+    ``hint`` (the size the trailer declares) is the C twin's first allocation; unused here."""
+    view = _view(data, pos)
+    if limit < 0:
+        raise ValueError("the limit must be >= 0")
+    inflater = zlib.decompressobj(-15)
+    end = len(view)
+    tail: Any = b""
+    take = _INFLATE_INPUT
+    crc = 0
+    out = Output()
+    while True:
+        if not tail:
+            tail = view[pos : pos + take]
+            pos += len(tail)
+            take = min(take * 2, INFLATE_STEP)
+        room = limit - out.size
+        try:
+            piece = inflater.decompress(tail, min(room + 1, INFLATE_STEP))
+        except zlib.error as exc:
+            return IN_CORRUPT, f"corrupt gzip data: {exc}", 0, 0
+        if len(piece) > room:
+            return IN_OVER, None, 0, 0
+        crc = zlib.crc32(piece, crc)
+        out.add(piece)
+        if inflater.eof:
+            return IN_OK, out.result(), pos - len(inflater.unused_data), crc
+        if not piece and not tail and pos >= end:
+            return IN_SHORT, None, 0, 0
+        tail = inflater.unconsumed_tail
+
+
 def java_string_hash(s: str) -> int:
     """``java.lang.String.hashCode``: 31-polynomial over UTF-16 code units, int32 wrap."""
     if not isinstance(s, str):

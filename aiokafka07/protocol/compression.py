@@ -5,8 +5,10 @@ gzip is written exactly as ``java.util.zip.GZIPOutputStream`` writes it (header
 trailer), so a set we compress is byte-for-byte what a Java 0.7.2 producer sends for the
 same messages. Compressing goes through the standard library's zlib: cramjam's deflate
 yields different bytes and is slower (about 42 MB/s against 60 MB/s here). Decompressing
-does too, through zlib's streaming inflater, which the bound and Java's member rules
-below need (about 20 % slower than cramjam's one-call gzip decoder here).
+goes through zlib's streaming inflater too, which the bound and Java's member rules below
+need: driven from C (``inflate`` in ``_speedups.c``) into one output buffer, with the
+CRC taken as the output comes, or through the standard library's ``zlib`` module in the
+pure-Python codec.
 
 Snappy uses the stream framing of snappy-java 1.0.4.1 (``SnappyOutputStream``): a 16-byte
 header, then each 32 KiB chunk of input as ``int32 length`` + one raw snappy block.
@@ -16,12 +18,14 @@ several complete streams back to back, as newer snappy-java readers do.
 **Every decompression is bounded.** ``max_size`` caps the bytes one call may produce
 (default :data:`DEFAULT_MAX_DECOMPRESSED`, the consumers' default ``max_fetch_size``):
 snappy compares each raw block's declared length (its varint header) with what is left
-of the bound before anything is allocated, and gzip inflates in steps of at most
-:data:`INFLATE_STEP` bytes, each checked before the next (a one-piece output is kept as
-it is, more pieces go into one growing buffer), stopping as soon as the output would
-pass the bound. Over the bound the call raises :class:`~aiokafka07.errors.CompressionError`
-with ``limit`` set; corrupt data raises it with ``limit`` None. So 22 bytes declaring a
-3.3 GiB block, or a 500 KiB gzip bomb holding 512 MiB, cost at most the bound.
+of the bound before anything is allocated, and gzip inflates into one output that starts
+at the size the payload's trailer declares (a hint only: clamped to the bound and to what
+deflate can expand the compressed bytes to, about 1032:1) and doubles as needed, never
+past the bound (the pure-Python codec: in steps of at most :data:`INFLATE_STEP` bytes,
+each checked before the next), stopping as soon as the output would pass the bound. Over
+the bound the call raises :class:`~aiokafka07.errors.CompressionError` with ``limit``
+set; corrupt data raises it with ``limit`` None. So 22 bytes declaring a 3.3 GiB block,
+or a 500 KiB gzip bomb holding 512 MiB, cost at most the bound.
 
 **gzip members as Java reads them.** 0.7.2 decompresses with ``GZIPInputStream`` over a
 ``ByteBufferBackedInputStream`` (whose ``available()`` is 0), so what follows a member is
@@ -47,6 +51,7 @@ from typing import Any
 import cramjam
 
 from ..errors import CompressionError, UnknownCodecError
+from . import _accel, _pure
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED",
@@ -66,10 +71,11 @@ __all__ = [
 #: more message data than the largest uncompressed fetch could carry).
 DEFAULT_MAX_DECOMPRESSED = 64 << 20
 
-#: Most bytes one inflate step produces (and most compressed bytes it reads): pieces of
-#: output are checked against the bound as they come, so nothing much larger than the
-#: bound is ever held.
-INFLATE_STEP = 4 << 20
+#: Most bytes one inflate step of the pure-Python codec produces (and most compressed
+#: bytes it reads): pieces of output are checked against the bound as they come, so
+#: nothing much larger than the bound is ever held. (The C accelerator inflates into one
+#: buffer that starts at the size the gzip trailer declares and doubles up to the bound.)
+INFLATE_STEP = _pure.INFLATE_STEP
 
 _I32 = struct.Struct(">i")
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
@@ -83,9 +89,6 @@ _XERIAL_CHUNK = 32768
 # + next.trailer(8)" in the JDK's readTrailer).
 _JAVA_GZIP_BUFFER = 512
 _JAVA_GZIP_MORE = 26
-# Compressed input handed to zlib per call: bounds the copy zlib makes of unused input at
-# the end of each member.
-_INFLATE_INPUT = 16 << 10
 _FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 2, 4, 8, 16
 
 
@@ -153,7 +156,9 @@ def gzip_compress(data: Any, level: int = GZIP_DEFAULT_LEVEL) -> bytes:
     identical to what Java's GZIPOutputStream writes; any level is read by 0.7.2."""
     deflater = zlib.compressobj(check_compression_level(level), zlib.DEFLATED, -15)
     body = deflater.compress(data) + deflater.flush()
-    trailer = _GZIP_TRAILER.pack(zlib.crc32(data), len(memoryview(data).cast("B")) & 0xFFFFFFFF)
+    trailer = _GZIP_TRAILER.pack(
+        _accel.impl.crc32(data), len(memoryview(data).cast("B")) & 0xFFFFFFFF
+    )
     return b"".join((_GZIP_HEADER, body, trailer))
 
 
@@ -200,66 +205,30 @@ def _after_zero(view: memoryview, at: int, header: int) -> int:
     raise CompressionError(f"gzip header at position {header} is cut short")
 
 
-class _Output:
-    """Decompressed bytes, kept without copying while they are one piece, then in one
-    growing buffer (never the pieces and their concatenation at once)."""
-
-    __slots__ = ("first", "grown", "size")
-
-    def __init__(self) -> None:
-        self.first: bytes | None = None
-        self.grown: bytearray | None = None
-        self.size = 0
-
-    def add(self, piece: bytes) -> None:
-        if not piece:
-            return
-        self.size += len(piece)
-        if self.grown is not None:
-            self.grown += piece
-        elif self.first is None:
-            self.first = piece
-        else:
-            self.grown = bytearray(self.first)
-            self.grown += piece
-            self.first = None
-
-    def result(self) -> bytes | bytearray:
-        if self.grown is not None:
-            return self.grown
-        return self.first or b""
+#: Most output per byte of deflate data (258-byte matches in 1-bit codes, about 1032:1):
+#: a declared size above this for the bytes at hand is a lie, not a size hint.
+_DEFLATE_MAX_RATIO = 1032
 
 
 def _inflate(
-    view: memoryview, pos: int, out: _Output, limit: int, take: int
+    view: memoryview, pos: int, out: _pure.Output, limit: int, hint: int
 ) -> tuple[int, int, int]:
     """Inflate the raw deflate data at ``pos`` into ``out`` while it stays within
-    ``limit`` bytes in all, reading ``take`` compressed bytes first and twice as many
-    each time after; return (where the deflate data ends, its CRC-32, its size)."""
-    inflater = zlib.decompressobj(-15)
-    end = len(view)
-    tail: Any = b""
-    crc = size = 0
-    while True:
-        if not tail:
-            tail = view[pos : pos + take]
-            pos += len(tail)
-            take = min(take * 2, INFLATE_STEP)
-        room = limit - out.size
-        try:
-            piece = inflater.decompress(tail, min(room + 1, INFLATE_STEP))
-        except zlib.error as exc:
-            raise CompressionError(f"corrupt gzip data: {exc}") from exc
-        if len(piece) > room:
-            raise _over("a gzip payload", limit)
-        out.add(piece)
-        crc = zlib.crc32(piece, crc)
-        size += len(piece)
-        if inflater.eof:
-            return pos - len(inflater.unused_data), crc, size
-        if not piece and not tail and pos >= end:
-            raise CompressionError("gzip data is cut short (unexpected end of the deflate data)")
-        tail = inflater.unconsumed_tail
+    ``limit`` bytes in all (``inflate`` of the codec's twins; ``hint`` the size to start
+    the output at); return (where the deflate data ends, its CRC-32, its size)."""
+    room = limit - out.size
+    # A hint is never trusted: clamped to what the compressed bytes at hand can expand
+    # to and to the bound (the output still grows as needed and stops at the bound).
+    hint = min(hint, (len(view) - pos) * _DEFLATE_MAX_RATIO, room)
+    status, result, end, crc = _accel.impl.inflate(view, pos, room, hint)
+    if status == _pure.IN_OK:
+        out.add(result)
+        return end, crc, len(result)
+    if status == _pure.IN_OVER:
+        raise _over("a gzip payload", limit)
+    if status == _pure.IN_SHORT:
+        raise CompressionError("gzip data is cut short (unexpected end of the deflate data)")
+    raise CompressionError(result)
 
 
 def _gzip_members(data: Any, max_size: int) -> bytes | bytearray:
@@ -269,14 +238,17 @@ def _gzip_members(data: Any, max_size: int) -> bytes | bytearray:
     view = memoryview(data).cast("B")
     end = len(view)
     pos = _gzip_header(view, 0)
-    out = _Output()
+    out = _pure.Output()
     # Java's inflater input buffer: [.., filled) is what the last 512-byte fill read, and
     # the next fill starts at ``stream``.
     filled = stream = pos
-    take = INFLATE_STEP  # the first member reads large; later ones start small, so that
-    while True:  # many tiny members do not each copy a large unused tail
-        deflate_end, crc, size = _inflate(view, pos, out, max_size, take)
-        take = _INFLATE_INPUT
+    # The first member starts its output at the size the payload's last 4 bytes declare
+    # (the ISIZE of a one-member payload, as Java writes it); later members grow theirs
+    # from nothing, so that many small members do not each reserve a large output.
+    hint = int.from_bytes(view[-4:], "little")
+    while True:
+        deflate_end, crc, size = _inflate(view, pos, out, max_size, hint)
+        hint = 0
         if deflate_end > filled:  # read through fills of 512 bytes from ``stream``
             steps = (deflate_end - 1 - stream) // _JAVA_GZIP_BUFFER + 1
             filled = stream = min(end, stream + steps * _JAVA_GZIP_BUFFER)
