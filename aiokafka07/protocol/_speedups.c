@@ -763,6 +763,20 @@ inflate_corrupt(int err, const char *msg)
                                 err, msg);
 }
 
+/* Hand zlib the next piece of input (at most 1 GiB: avail_in is 32-bit) once it has
+ * taken the last one. */
+static inline void
+inflate_feed(z_stream *z, const unsigned char **in, Py_ssize_t *in_left)
+{
+    if (z->avail_in == 0 && *in_left > 0) {
+        const Py_ssize_t step = *in_left > (1 << 30) ? (1 << 30) : *in_left;
+        z->next_in = (Bytef *)*in;
+        z->avail_in = (uInt)step;
+        *in += step;
+        *in_left -= step;
+    }
+}
+
 static PyObject *
 speedups_inflate(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -805,13 +819,7 @@ speedups_inflate(PyObject *Py_UNUSED(module), PyObject *args)
                 unsigned char probe;
                 z.next_out = &probe;
                 z.avail_out = 1;
-                if (z.avail_in == 0 && in_left > 0) {
-                    const Py_ssize_t step = in_left > (1 << 30) ? (1 << 30) : in_left;
-                    z.next_in = (Bytef *)in;
-                    z.avail_in = (uInt)step;
-                    in += step;
-                    in_left -= step;
-                }
+                inflate_feed(&z, &in, &in_left);
                 const uInt had = z.avail_in;
                 err = inflate(&z, Z_NO_FLUSH);
                 if (z.avail_out == 0) {
@@ -838,13 +846,7 @@ speedups_inflate(PyObject *Py_UNUSED(module), PyObject *args)
             }
             cap = grown;
         }
-        if (z.avail_in == 0 && in_left > 0) {
-            const Py_ssize_t step = in_left > (1 << 30) ? (1 << 30) : in_left;
-            z.next_in = (Bytef *)in;
-            z.avail_in = (uInt)step;
-            in += step;
-            in_left -= step;
-        }
+        inflate_feed(&z, &in, &in_left);
         unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out) + size;
         const Py_ssize_t room = cap - size;
         z.next_out = o;
