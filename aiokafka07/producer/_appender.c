@@ -244,9 +244,12 @@ hotpath_append(HotPath *self, PyObject *const *args, Py_ssize_t nargs)
     if (batch->values == NULL || batch->futures == NULL || !PyList_CheckExact(batch->values)
         || !PyList_CheckExact(batch->futures))
         Py_RETURN_NONE;
-    /* create_future runs Python code: hold the batch (the dict's reference is borrowed). */
+    /* create_future runs Python code: hold the batch (the dict's reference is borrowed)
+     * and the callables (Python may replace them meanwhile). */
     Py_INCREF(batch);
-    PyObject *future = PyObject_CallNoArgs(self->create_future);
+    PyObject *make = Py_NewRef(self->create_future);
+    PyObject *future = PyObject_CallNoArgs(make);
+    Py_DECREF(make);
     if (future == NULL)
         goto fail;
     if (PyList_Append(batch->futures, future) < 0)
@@ -259,7 +262,9 @@ hotpath_append(HotPath *self, PyObject *const *args, Py_ssize_t nargs)
     }
     batch->size += size;
     if (PyList_GET_SIZE(batch->values) >= batch->count_cap || batch->size >= batch->byte_cap) {
-        PyObject *result = PyObject_CallOneArg(self->capped, (PyObject *)batch);
+        PyObject *capped = Py_NewRef(self->capped);
+        PyObject *result = PyObject_CallOneArg(capped, (PyObject *)batch);
+        Py_DECREF(capped);
         if (result == NULL)
             goto fail;
         Py_DECREF(result);
