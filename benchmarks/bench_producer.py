@@ -16,10 +16,12 @@ of 1000. Four clients send the same messages:
 * **send_batch**: ``batch.append(value)`` until full, then ``await producer.send_batch()``,
   against the batch floor.
 
-For each codec (none, gzip, snappy) and confirm on / off, the three run interleaved, in a
-rotating order, ``--rounds`` times (>= 5), followed each time by encoding the same messages
-alone (``encode``: the codec's share, which the floor never pays; gzip at zlib level 6 is
-most of a gzip run). Measured: CPU time of this process
+For each codec (none, gzip, snappy) and confirm on / off, the four run interleaved, in a
+rotating order, ``--rounds`` times (>= 5), each after a full garbage collection (a full
+collection left due by the run before, which costs as much as thousands of messages, must
+not land in the next), followed each time by encoding the same messages alone
+(``encode``: the codec's share, which the floor never pays; gzip at zlib level 6 is most
+of a gzip run). Measured: CPU time of this process
 (``time.process_time``, all threads) from the first send until the last message is
 delivered, per message; the broker's own CPU is not counted. A shared machine slows every
 client alike within a round, so the figures printed are ratios to the floor of the same
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import json
 import os
 import random
@@ -267,6 +270,7 @@ async def run(messages: int, rounds: int) -> dict[str, Any]:
                 for codec, confirm in groups:
                     shift = round_ % len(VARIANTS)
                     for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                        gc.collect()
                         seconds = await RUNNERS[variant](port, payloads, codec, confirm)
                         cpu[(codec, confirm, variant)].append(seconds / messages)
                     encoding = encode_only(payloads, codec)
