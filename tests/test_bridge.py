@@ -600,6 +600,52 @@ async def test_metrics_report_the_lag_of_every_broker_partition(
             )
 
 
+async def test_a_bridge_started_at_latest_copies_only_what_comes_after(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """``start="latest"``: broker-partitions without a checkpoint begin at their log end
+    (read by one probe per broker), so only messages produced after the start are
+    copied, every one of them once."""
+    topics = ["later"]
+    async with kafka_cluster(2, num_partitions=2) as cluster, mock_target(topics) as bootstrap:
+        await produce(zookeeper, topics, 300, keys=10)
+        ends = await log_ends(cluster, "later")
+        bridge = Bridge(
+            zookeeper,
+            bootstrap,
+            topics,
+            name="later",
+            key=key_before(b":"),
+            start="latest",
+            batch_size=100,
+            linger_ms=10,
+            consumer_options={"check_crcs": False},
+        )
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(bridge.run(stop))
+        try:
+
+            async def started() -> bool:
+                assert not task.done(), task
+                return len(bridge.metrics.partitions) == len(ends)
+
+            await eventually(started, timeout=120)
+            assert {s: lag.position.offset for s, lag in bridge.metrics.partitions.items()} == (
+                ends
+            )
+            after = await produce(zookeeper, topics, 200, keys=10, start=300)
+
+            async def copied() -> bool:
+                assert not task.done(), task
+                return bridge.metrics.messages == 200
+
+            await eventually(copied, timeout=120)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 60)
+        check_exactly_once(after, await asyncio.to_thread(read_target, bootstrap, topics))
+
+
 async def test_group_offsets_switch_over_without_loss_or_repeat(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
 ) -> None:

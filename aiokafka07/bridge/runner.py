@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cluster import ZooKeeperCluster
+from ..connection import BrokerAddress
 from ..errors import BridgeError
 from ..group.subscription import TopicFilter
-from ..protocol import EARLIEST, LATEST, validate_topic
+from ..monitor.offsets import probe_broker
+from ..pool import ConnectionPool
+from ..protocol import validate_topic
 from ..records import TopicPartition
-from ..simple import SimpleConsumer
 from ..supervisor import Supervisor
 from ..validation import check_int, check_number, check_optional_int
 from .mapping import KeyFunction
@@ -190,10 +192,10 @@ class Bridge:
                                 raise BridgeError(
                                     f"broker {source.broker_id} of {topic} is not registered"
                                 )
-                            if source not in positions:
-                                positions[source] = await self._first_position(
-                                    source, brokers[source.broker_id]
-                                )
+                    fresh = [s for t in topics for s in sources[t] if s not in positions]
+                    positions.update(await self._first_positions(fresh, brokers))
+                    for topic in topics:
+                        for source in sources[topic]:
                             readers.start(source, brokers[source.broker_id], positions[source])
                     mappings = {t: PartitionMapping(sources[t], counts[t]) for t in topics}
                     self._counts.positions = positions
@@ -240,11 +242,28 @@ class Bridge:
                     f"{before}: changing the count would move keys between partitions"
                 )
 
-    async def _first_position(self, source: TopicPartition, address: Any) -> Position:
-        when = EARLIEST if self.start == "earliest" else LATEST
-        async with SimpleConsumer(address.host, address.port, broker_id=address.broker_id) as c:
-            offsets = await c.offsets_before(source.topic, source.partition, when)
-        return Position(offsets[0] if offsets else 0, 0)
+    async def _first_positions(
+        self, sources: Sequence[TopicPartition], brokers: Mapping[int, BrokerAddress]
+    ) -> dict[TopicPartition, Position]:
+        """Where broker-partitions without a checkpoint begin (``start``: their log start
+        or end), one pipelined OFFSETS probe per broker; raises what a broker failed with."""
+        by_broker: dict[int, list[TopicPartition]] = {}
+        for source in sources:
+            by_broker.setdefault(source.broker_id, []).append(source)
+        if not by_broker:
+            return {}
+        async with ConnectionPool(request_timeout_ms=self.request_timeout_ms) as pool:
+            probes = await asyncio.gather(
+                *(probe_broker(pool, brokers[b], parts) for b, parts in by_broker.items())
+            )
+        first: dict[TopicPartition, Position] = {}
+        for probe in probes:
+            if probe.error is not None:
+                raise probe.error
+            for source, offsets in probe.offsets.items():
+                offset = offsets.start if self.start == "earliest" else offsets.end
+                first[source] = Position(offset, 0)
+        return first
 
     async def _copy(
         self,
