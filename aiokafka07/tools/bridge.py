@@ -24,6 +24,7 @@ from .common import (
     human_bytes,
     positive_float,
     positive_int,
+    require_one_topic_selection,
     stop_acknowledged,
 )
 
@@ -158,8 +159,7 @@ def lag_note(metrics: BridgeMetrics) -> str:
 
 
 async def run(args: argparse.Namespace) -> int:
-    if sum(bool(x) for x in (args.topics, args.whitelist, args.blacklist)) != 1:
-        raise UsageError("give TOPICs, a --whitelist or a --blacklist (one of them)")
+    require_one_topic_selection(args)
     separator = args.key_separator
     if separator == "":
         raise UsageError("--key-separator must not be empty")

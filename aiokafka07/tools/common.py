@@ -57,6 +57,7 @@ __all__ = [
     "rate",
     "read_brokers",
     "refuse_live_members",
+    "require_one_topic_selection",
     "require_zookeeper",
     "silence_stdout",
     "stop_acknowledged",
@@ -215,6 +216,13 @@ def zookeeper_session(args: argparse.Namespace, connect: str | None = None) -> Z
     if not connect:
         raise UsageError("--zookeeper is required")
     return ZooKeeper(connect, connection_timeout_ms=args.zk_timeout_ms)
+
+
+def require_one_topic_selection(args: argparse.Namespace) -> None:
+    """Refuse a command line that names TOPICs and a ``--whitelist`` / ``--blacklist``,
+    or none of them (the tools that copy topics take exactly one way to choose them)."""
+    if sum(bool(x) for x in (args.topics, args.whitelist, args.blacklist)) != 1:
+        raise UsageError("give TOPICs, a --whitelist or a --blacklist (one of them)")
 
 
 def parse_brokers(text: str) -> dict[int, BrokerAddress]:

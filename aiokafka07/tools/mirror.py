@@ -41,6 +41,7 @@ from .common import (
     describe_exit_status,
     parse_brokers,
     positive_int,
+    require_one_topic_selection,
     stop_acknowledged,
 )
 from .produce import undelivered
@@ -180,8 +181,7 @@ class Mirror:
 async def run(args: argparse.Namespace) -> int:
     if bool(args.target_zookeeper) == bool(args.target_brokers):
         raise UsageError("give --target-zookeeper or --target-brokers (one of them)")
-    if sum(bool(x) for x in (args.topics, args.whitelist, args.blacklist)) != 1:
-        raise UsageError("give TOPICs, a --whitelist or a --blacklist (one of them)")
+    require_one_topic_selection(args)
     timeout_ms = args.zk_timeout_ms
     target: Cluster
     if args.target_brokers:
