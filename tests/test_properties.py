@@ -371,6 +371,7 @@ def _inflate_answer(
 @example(b"x" * 5000, 6, [], 0, 4999, 9000)  # one byte over
 @example(b"", 6, [], 0, 0, 0)  # nothing, within a bound of nothing
 @example(b"x", 0, [], 0, 0, 0)  # one byte over a bound of nothing
+@example(b"\x00\x00\xf0", 1, [(1, 32)], 0, 0, 0)  # a bad code right after the byte over
 def test_c_and_python_inflaters_agree(
     data: bytes, level: int, flips: list[tuple[int, int]], cut: int, limit: int, hint: int
 ) -> None:

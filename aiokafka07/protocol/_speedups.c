@@ -822,6 +822,14 @@ speedups_inflate(PyObject *Py_UNUSED(module), PyObject *args)
                 inflate_feed(&z, &in, &in_left);
                 const uInt had = z.avail_in;
                 err = inflate(&z, Z_NO_FLUSH);
+                /* Corrupt data first, even with the byte out (zlib may find a bad code
+                 * right after writing it): Python's zlib module, the pure twin's, raises
+                 * then too. */
+                if (err != Z_OK && err != Z_BUF_ERROR && err != Z_STREAM_END) {
+                    status = IN_CORRUPT;
+                    message = inflate_corrupt(err, z.msg);
+                    break;
+                }
                 if (z.avail_out == 0) {
                     status = IN_OVER;
                     break;
@@ -830,12 +838,7 @@ speedups_inflate(PyObject *Py_UNUSED(module), PyObject *args)
                     break;
                 if (err == Z_OK && z.avail_in != had && (z.avail_in > 0 || in_left > 0))
                     continue; /* only input was read (a block header): ask again */
-                if (err == Z_OK || err == Z_BUF_ERROR) {
-                    status = IN_SHORT;
-                    break;
-                }
-                status = IN_CORRUPT;
-                message = inflate_corrupt(err, z.msg);
+                status = IN_SHORT;
                 break;
             }
             Py_ssize_t grown = cap > limit / 2 ? limit : cap * 2;
