@@ -159,13 +159,13 @@ class Accumulator:
         self._space.set()
         # Set once closing and every message accepted has ended (wait_drained).
         self._drained = asyncio.Event()
-        self._create_future: Callable[[], asyncio.Future[Any]] | None = None
-        #: ``hot_path.append(topic, value)``: see :class:`HotPath`.
+        #: ``hot_path.append(topic, value)``: see :class:`HotPath`. Its ``create_future``
+        #: (the loop's, once bound) makes every message's future, on both paths.
         self.hot_path = HotPath(self.hot, asyncio.Future, self.capped, max_message_size)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Create futures on ``loop`` (the producer's, once started)."""
-        self._create_future = self.hot_path.create_future = loop.create_future
+        self.hot_path.create_future = loop.create_future
 
     # -- space -----------------------------------------------------------------------
 
@@ -271,8 +271,7 @@ class Accumulator:
                 queue.wakeup.set()  # the sender starts the linger clock
         elif self.hot.get(topic) is batch:
             self._cool(batch)
-        assert self._create_future is not None
-        future = self._create_future()
+        future = self.hot_path.create_future()
         batch.add(value, future, route, raw=raw)
         self.messages += 1
         self.bytes += len(value)

@@ -12,7 +12,7 @@ from . import _pure
 
 def pure_forced() -> bool:
     """Whether ``AIOKAFKA07_PURE`` asks for the pure-Python twins of every accelerator
-    (the codec's here, the producer's batch appender)."""
+    (the codec's here, the producer's hot paths in ``producer/_appender.c``)."""
     return os.environ.get("AIOKAFKA07_PURE", "") not in ("", "0")
 
 
