@@ -94,17 +94,34 @@ async def test_new_topic_goes_to_partition_0_of_every_live_broker(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
     # Keyless messages keep a random target per batch: small batches show the spread.
+    # A topic no broker has registered yet goes to partition 0 of every live broker
+    # (spec ZOOKEEPER.md 6.3); once a broker registers it (on its first write), the
+    # producer's watch merges that broker's real partitions in, while the brokers that
+    # have not registered it stay in rotation through their partition 0.
     async with (
         kafka_cluster(3, num_partitions=4) as cluster,
-        Producer(zookeeper=zookeeper, batch_size=10) as producer,
+        Producer(zookeeper=zookeeper, batch_size=5) as producer,
+        ZooKeeper(zookeeper) as zk,
     ):
+        first = await (await producer.send("fresh", b"x0"))
+        assert first.partition == 0  # nothing was registered before it
         results = await asyncio.gather(
-            *[await producer.send("fresh", b"x%d" % i) for i in range(300)]
+            *[await producer.send("fresh", b"x%d" % i) for i in range(1, 600)]
         )
-        assert {(r.broker_id, r.partition) for r in results} <= {(0, 0), (1, 0), (2, 0)}
-        assert len({r.broker_id for r in results}) == 3
+        results.insert(0, first)
+        registered = {
+            int(broker): int(await zk.get_data(f"/brokers/topics/fresh/{broker}") or 0)
+            for broker in await zk.get_children("/brokers/topics/fresh")
+        }
+        for r in results:
+            # Beyond partition 0 only where the broker registered that many partitions.
+            assert r.partition == 0 or r.partition < registered.get(r.broker_id, 0), r
+        assert {r.broker_id for r in results} == {0, 1, 2}
         logs = await read_logs(cluster, "fresh")
-        assert len(all_values(logs)) == 300
+        assert len(all_values(logs)) == 600
+        assert {key for key, values in logs.items() if values} == {
+            (r.broker_id, r.partition) for r in results
+        }
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy"])
