@@ -102,6 +102,8 @@ class Compression(IntEnum):
     @classmethod
     def parse(cls, value: Compression | int | str | None) -> Compression:
         """Accept a member, its number, its name (``"gzip"``, ``"snappy"``, ``"none"``) or None."""
+        if type(value) is cls:  # a member as it is: the producer's per-batch call
+            return value
         if value is None:
             return cls.NONE
         if isinstance(value, str):

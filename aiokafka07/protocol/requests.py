@@ -168,11 +168,15 @@ def _frame(request_type: int, body_parts: list[Any], body_size: int) -> bytes:
     return b"".join([_HEAD.pack(body_size + 2, request_type), *body_parts])
 
 
-def _produce_body(topic: str, partition: int, message_set: BytesLike) -> list[Any]:
+def _produce_body(topic: str, partition: int, message_set: BytesLike) -> tuple[list[Any], int]:
+    """A PRODUCE body's parts (topic, partition and size, the message set) and its size."""
     _check("partition", partition, *_INT32)
-    size = len(memoryview(message_set).cast("B"))
+    size = (
+        len(message_set) if type(message_set) is bytes else len(memoryview(message_set).cast("B"))
+    )
     _check("message set size", size, 0, _INT32[1])
-    return [encode_topic(topic), _PART_SIZE.pack(partition, size), message_set]
+    name = encode_topic(topic)
+    return [name, _PART_SIZE.pack(partition, size), message_set], len(name) + 8 + size
 
 
 def _fetch_body(topic: str, partition: int, offset: int, max_size: int) -> bytes:
@@ -184,20 +188,23 @@ def _fetch_body(topic: str, partition: int, offset: int, max_size: int) -> bytes
 
 def encode_produce_request(topic: str, partition: int, message_set: BytesLike) -> bytes:
     """PRODUCE (type 0): one message set for one partition (-1: the broker picks)."""
-    parts = _produce_body(topic, partition, message_set)
-    return _frame(RequestType.PRODUCE, parts, sum(len(memoryview(p).cast("B")) for p in parts))
+    parts, size = _produce_body(topic, partition, message_set)
+    return _frame(RequestType.PRODUCE, parts, size)
 
 
 def encode_multiproduce_request(produces: Iterable[ProduceRequest | tuple[Any, ...]]) -> bytes:
     """MULTIPRODUCE (type 3): int16 count, then PRODUCE bodies, processed in order."""
     parts: list[Any] = []
     count = 0
+    total = 2  # the count
     for topic, partition, message_set in produces:
-        parts.extend(_produce_body(topic, partition, message_set))
+        body, size = _produce_body(topic, partition, message_set)
+        parts.extend(body)
+        total += size
         count += 1
     _check("multiproduce count", count, 0, MAX_MULTI_COUNT)
     parts.insert(0, _I16.pack(count))
-    return _frame(RequestType.MULTIPRODUCE, parts, sum(len(memoryview(p).cast("B")) for p in parts))
+    return _frame(RequestType.MULTIPRODUCE, parts, total)
 
 
 def encode_fetch_request(topic: str, partition: int, offset: int, max_size: int) -> bytes:
