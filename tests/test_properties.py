@@ -50,6 +50,7 @@ from aiokafka07.protocol import (
     snappy_decompress,
 )
 from aiokafka07.protocol.messages import count_messages, summarize_message_set
+from aiokafka07.protocol.requests import encode_produce_frame, encode_produce_request
 
 from .conftest import IMPLEMENTATIONS
 
@@ -97,6 +98,26 @@ def expected_messages(
             out.append(Message(base + pos + size, payloads[-1], 1, 0))
         pos += size
     return out
+
+
+@given(
+    payload_lists,
+    st.integers(-1, (1 << 31) - 1),
+    st.text(alphabet="abcXYZ_-é", min_size=1, max_size=20),
+    st.integers(-3, 3),
+)
+def test_a_produce_frame_in_one_buffer_is_the_request_around_the_set(
+    impl: ModuleType, payloads: list[bytes], partition: int, topic: str, error: int
+) -> None:
+    """The producer's one-buffer frame is byte for byte the PRODUCE request around the
+    encoded set; a payload total that is not the payloads' is refused, never sent."""
+    wanted = encode_produce_request(topic, partition, encode_message_set(payloads))
+    total = sum(map(len, payloads))
+    if error == 0:
+        assert encode_produce_frame(topic, partition, payloads, total) == wanted
+    else:
+        with pytest.raises(ValueError, match=r"payloads' total length|message set size"):
+            encode_produce_frame(topic, partition, payloads, total + error)
 
 
 def outcome(call: Any) -> Any:

@@ -47,6 +47,7 @@ from ..errors import (
 )
 from ..pool import ConnectionPool
 from ..protocol import LATEST, encode_multiproduce_request, encode_produce_request
+from ..protocol.requests import encode_produce_frame
 from ..supervisor import CrashPolicy, Supervisor
 from .accumulator import Accumulator, BrokerQueue
 from .batch import Batch, Route
@@ -150,6 +151,10 @@ class Sender:
     # -- sending ---------------------------------------------------------------------
 
     def _frame(self, batches: list[Batch]) -> bytes:
+        if len(batches) == 1:  # the common case, in one buffer when uncompressed
+            batch = batches[0]
+            if not batch.raw and not self.encoder.compresses(batch.topic):
+                return encode_produce_frame(batch.topic, batch.partition, batch.values, batch.size)
         entries = [
             (batch.topic, batch.partition, message_set)
             for batch in batches

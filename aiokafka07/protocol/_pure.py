@@ -155,13 +155,16 @@ def summarize(buf: Any, pos: int, shallow: bool) -> tuple[int, int, int, int, in
         pos += 4 + n
 
 
-def encode_message_set(payloads: Sequence[Any], magic: int, attributes: int) -> bytes:
-    """Encode payloads as consecutive uncompressed entries (length, header, CRC, payload)."""
+def encode_message_set(
+    payloads: Sequence[Any], magic: int, attributes: int, head: bytes = b""
+) -> bytes:
+    """Encode payloads as consecutive uncompressed entries (length, header, CRC, payload),
+    after ``head`` (a request's header: one buffer for the whole frame, no second copy)."""
     if magic not in (0, 1):
         raise ValueError("magic must be 0 or 1")
     if not 0 <= attributes <= 255 or (magic == 0 and attributes):
         raise ValueError("attributes must be a byte (0 for magic 0)")
-    parts = []
+    parts = [head]
     if magic == 1:
         pack1 = _HEAD1.pack
         for payload in payloads:

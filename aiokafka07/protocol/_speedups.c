@@ -617,25 +617,30 @@ speedups_encode_message_set(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *payloads;
     int magic, attributes;
+    Py_buffer head = {0};
 
-    if (!PyArg_ParseTuple(args, "Oii:encode_message_set", &payloads, &magic, &attributes))
+    if (!PyArg_ParseTuple(args, "Oii|y*:encode_message_set", &payloads, &magic, &attributes,
+                          &head))
         return NULL;
+    /* head: bytes written before the set, in the same buffer (a request's header) */
+    const Py_ssize_t head_len = head.buf != NULL ? head.len : 0;
+    PyObject *result = NULL;
+    PyObject *seq = NULL;
     if (magic != 0 && magic != 1) {
         PyErr_SetString(PyExc_ValueError, "magic must be 0 or 1");
-        return NULL;
+        goto release;
     }
     if (attributes < 0 || attributes > 255 || (magic == 0 && attributes != 0)) {
         PyErr_SetString(PyExc_ValueError, "attributes must be a byte (0 for magic 0)");
-        return NULL;
+        goto release;
     }
-    PyObject *seq = PySequence_Fast(payloads, "payloads must be a sequence of bytes-like objects");
+    seq = PySequence_Fast(payloads, "payloads must be a sequence of bytes-like objects");
     if (seq == NULL)
-        return NULL;
+        goto release;
     const Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     const Py_ssize_t hdr = magic == 1 ? 6 : 5;
-    Py_ssize_t total = 0;
-    PyObject *result = NULL;
+    Py_ssize_t total = head_len;
 
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t size;
@@ -658,6 +663,10 @@ speedups_encode_message_set(PyObject *Py_UNUSED(module), PyObject *args)
     if ((result = PyBytes_FromStringAndSize(NULL, total)) == NULL)
         goto done;
     unsigned char *w = (unsigned char *)PyBytes_AS_STRING(result);
+    if (head_len) {
+        memcpy(w, head.buf, (size_t)head_len);
+        w += head_len;
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         const unsigned char *p;
         Py_ssize_t size;
@@ -695,6 +704,9 @@ fail:
     Py_CLEAR(result);
 done:
     Py_DECREF(seq);
+release:
+    if (head.buf != NULL)
+        PyBuffer_Release(&head);
     return result;
 }
 
@@ -927,7 +939,7 @@ static PyMethodDef speedups_methods[] = {
     {"summarize", speedups_summarize, METH_VARARGS,
      "Count the messages of a message set from pos without building them."},
     {"encode_message_set", speedups_encode_message_set, METH_VARARGS,
-     "Encode payloads as a message set of uncompressed messages."},
+     "Encode payloads as a message set of uncompressed messages (after head, if given)."},
     {"crc32", speedups_crc32, METH_VARARGS,
      "CRC-32 of a bytes-like object, continuing value (as zlib.crc32)."},
     {"inflate", speedups_inflate, METH_VARARGS,

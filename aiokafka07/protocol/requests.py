@@ -11,13 +11,14 @@ names, out-of-range integers, negative sizes), with a typed error before anythin
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import IntEnum
 from functools import lru_cache
 from typing import Any, NamedTuple, TypeAlias
 
 from ..errors import InvalidTopicError, MalformedFrameError
 from ..validation import FORBIDDEN_IN_NAMES
+from . import _accel
 from ._reader import Reader
 from .messages import BytesLike
 
@@ -39,6 +40,7 @@ __all__ = [
     "encode_multifetch_request",
     "encode_multiproduce_request",
     "encode_offsets_request",
+    "encode_produce_frame",
     "encode_produce_request",
     "encode_request",
     "encode_topic",
@@ -61,6 +63,8 @@ _HEAD = struct.Struct(">ih")  # size, request type
 _PART_SIZE = struct.Struct(">ii")  # partition, message set size
 _FETCH_TAIL = struct.Struct(">iqi")  # partition, offset, max size
 _I16 = struct.Struct(">h")
+#: An uncompressed magic-1 entry's bytes besides its payload: size, magic, attributes, CRC.
+_ENTRY_OVERHEAD = 4 + 1 + 1 + 4
 
 # Characters the 0.7.2 broker refuses in a topic name (§2.2): those ZooKeeper refuses in a
 # path component (a topic is one, under /brokers/topics).
@@ -190,6 +194,33 @@ def encode_produce_request(topic: str, partition: int, message_set: BytesLike) -
     """PRODUCE (type 0): one message set for one partition (-1: the broker picks)."""
     parts, size = _produce_body(topic, partition, message_set)
     return _frame(RequestType.PRODUCE, parts, size)
+
+
+def encode_produce_frame(
+    topic: str, partition: int, payloads: Sequence[bytes], payload_bytes: int
+) -> bytes:
+    """``encode_produce_request(topic, partition, encode_message_set(payloads))`` built in
+    one buffer: the producer's frame for an uncompressed batch, without copying its message
+    set a second time (the join of a header and a set of ~100 KiB costs as much as a tenth
+    of encoding it). ``payload_bytes`` is the payloads' total length, which the batch
+    keeps; a wrong one raises ``ValueError`` rather than send a frame whose sizes lie."""
+    _check("partition", partition, *_INT32)
+    set_size = payload_bytes + _ENTRY_OVERHEAD * len(payloads)
+    _check("message set size", set_size, 0, _INT32[1])
+    name = encode_topic(topic)
+    body_size = len(name) + 8 + set_size
+    if body_size + 2 > _INT32[1]:
+        raise ValueError(f"request of {body_size + 2} bytes does not fit a 0.7 frame")
+    head = b"".join(
+        [_HEAD.pack(body_size + 2, RequestType.PRODUCE), name, _PART_SIZE.pack(partition, set_size)]
+    )
+    frame: bytes = _accel.impl.encode_message_set(payloads, 1, 0, head)
+    if len(frame) != 6 + body_size:
+        raise ValueError(
+            f"payload_bytes {payload_bytes} is not the payloads' total length "
+            f"({len(frame) - 6 - body_size + payload_bytes})"
+        )
+    return frame
 
 
 def encode_multiproduce_request(produces: Iterable[ProduceRequest | tuple[Any, ...]]) -> bytes:
