@@ -256,17 +256,17 @@ async def test_an_unexpected_error_while_sending_fails_the_batch_with_its_cause(
         producer = Producer(brokers=cluster.broker_list, linger_ms=0)
         await producer.start()
         encoder = producer._sender.encoder
-        real = encoder.encode
+        real = encoder.frame
         calls = 0
 
-        def buggy(batch: Any) -> list[bytes]:
+        def buggy(batches: Any) -> bytes:
             nonlocal calls
             calls += 1
             if calls == 1:
                 raise RuntimeError("encoder bug")
-            return real(batch)
+            return real(batches)
 
-        monkeypatch.setattr(encoder, "encode", buggy)
+        monkeypatch.setattr(encoder, "frame", buggy)
         first = await outcome(producer.send_and_wait("t", b"first"))
         assert isinstance(first, RuntimeError)
         second = await outcome(producer.send_and_wait("t", b"second"))

@@ -14,8 +14,15 @@ import itertools
 import logging
 from collections.abc import Iterable
 
-from ..protocol import Compression, encode_message_set, encode_wrapper
+from ..protocol import (
+    Compression,
+    encode_message_set,
+    encode_multiproduce_request,
+    encode_produce_request,
+    encode_wrapper,
+)
 from ..protocol.messages import entry_size
+from ..protocol.requests import encode_produce_frame
 from .batch import Batch
 
 __all__ = ["MessageSetEncoder"]
@@ -44,6 +51,21 @@ class MessageSetEncoder:
         return self.compression is not Compression.NONE and (
             self.compressed_topics is None or topic in self.compressed_topics
         )
+
+    def frame(self, batches: list[Batch]) -> bytes:
+        """The batches of one request as its PRODUCE (one entry) or MULTIPRODUCE frame."""
+        if len(batches) == 1:  # the common case; in one buffer when uncompressed
+            batch = batches[0]
+            if not batch.raw and not self.compresses(batch.topic):
+                return encode_produce_frame(batch.topic, batch.partition, batch.values, batch.size)
+        entries = [
+            (batch.topic, batch.partition, message_set)
+            for batch in batches
+            for message_set in self.encode(batch)
+        ]
+        if len(entries) == 1:
+            return encode_produce_request(*entries[0])
+        return encode_multiproduce_request(entries)
 
     def encode(self, batch: Batch) -> list[bytes]:
         """The batch as message sets, in order."""

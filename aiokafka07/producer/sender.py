@@ -46,8 +46,7 @@ from ..errors import (
     RequestTimeoutError,
 )
 from ..pool import ConnectionPool
-from ..protocol import LATEST, encode_multiproduce_request, encode_produce_request
-from ..protocol.requests import encode_produce_frame
+from ..protocol import LATEST
 from ..supervisor import CrashPolicy, Supervisor
 from .accumulator import Accumulator, BrokerQueue
 from .batch import Batch, Route
@@ -150,20 +149,6 @@ class Sender:
 
     # -- sending ---------------------------------------------------------------------
 
-    def _frame(self, batches: list[Batch]) -> bytes:
-        if len(batches) == 1:  # the common case, in one buffer when uncompressed
-            batch = batches[0]
-            if not batch.raw and not self.encoder.compresses(batch.topic):
-                return encode_produce_frame(batch.topic, batch.partition, batch.values, batch.size)
-        entries = [
-            (batch.topic, batch.partition, message_set)
-            for batch in batches
-            for message_set in self.encoder.encode(batch)
-        ]
-        if len(entries) == 1:
-            return encode_produce_request(*entries[0])
-        return encode_multiproduce_request(entries)
-
     async def _send(self, broker_id: int, batches: list[Batch]) -> None:
         isolated = batches[0].isolated
         # An isolated batch goes alone on the connection too: a request pipelined
@@ -173,7 +158,7 @@ class Sender:
         try:
             if address is None:
                 raise KafkaConnectionError(f"broker {broker_id} is not in the cluster")
-            frame = self._frame(batches)
+            frame = self.encoder.frame(batches)
             conn = await self.pool.connection(address)
             if self.confirm:
                 await conn.prepare_confirm(frame)  # for partition -1: learns the count
