@@ -166,21 +166,33 @@ def _check(name: str, value: int, lo: int, hi: int) -> int:
     return value
 
 
-def _frame(request_type: int, body_parts: list[Any], body_size: int) -> bytes:
+def _frame_head(request_type: int, body_size: int) -> bytes:
+    """A request's size and type, for a body of ``body_size`` bytes after the type."""
     if body_size + 2 > _INT32[1]:
         raise ValueError(f"request of {body_size + 2} bytes does not fit a 0.7 frame")
-    return b"".join([_HEAD.pack(body_size + 2, request_type), *body_parts])
+    return _HEAD.pack(body_size + 2, request_type)
+
+
+def _frame(request_type: int, body_parts: list[Any], body_size: int) -> bytes:
+    return b"".join([_frame_head(request_type, body_size), *body_parts])
+
+
+def _produce_head(topic: str, partition: int, set_size: int) -> tuple[list[bytes], int]:
+    """What a PRODUCE body holds before its message set (topic, partition and set size),
+    and the body's size with a set of ``set_size`` bytes."""
+    _check("partition", partition, *_INT32)
+    _check("message set size", set_size, 0, _INT32[1])
+    name = encode_topic(topic)
+    return [name, _PART_SIZE.pack(partition, set_size)], len(name) + 8 + set_size
 
 
 def _produce_body(topic: str, partition: int, message_set: BytesLike) -> tuple[list[Any], int]:
     """A PRODUCE body's parts (topic, partition and size, the message set) and its size."""
-    _check("partition", partition, *_INT32)
     size = (
         len(message_set) if type(message_set) is bytes else len(memoryview(message_set).cast("B"))
     )
-    _check("message set size", size, 0, _INT32[1])
-    name = encode_topic(topic)
-    return [name, _PART_SIZE.pack(partition, size), message_set], len(name) + 8 + size
+    head, body_size = _produce_head(topic, partition, size)
+    return [*head, message_set], body_size
 
 
 def _fetch_body(topic: str, partition: int, offset: int, max_size: int) -> bytes:
@@ -204,16 +216,9 @@ def encode_produce_frame(
     set a second time (the join of a header and a set of ~100 KiB costs as much as a tenth
     of encoding it). ``payload_bytes`` is the payloads' total length, which the batch
     keeps; a wrong one raises ``ValueError`` rather than send a frame whose sizes lie."""
-    _check("partition", partition, *_INT32)
     set_size = payload_bytes + _ENTRY_OVERHEAD * len(payloads)
-    _check("message set size", set_size, 0, _INT32[1])
-    name = encode_topic(topic)
-    body_size = len(name) + 8 + set_size
-    if body_size + 2 > _INT32[1]:
-        raise ValueError(f"request of {body_size + 2} bytes does not fit a 0.7 frame")
-    head = b"".join(
-        [_HEAD.pack(body_size + 2, RequestType.PRODUCE), name, _PART_SIZE.pack(partition, set_size)]
-    )
+    parts, body_size = _produce_head(topic, partition, set_size)
+    head = b"".join([_frame_head(RequestType.PRODUCE, body_size), *parts])
     frame: bytes = _accel.impl.encode_message_set(payloads, 1, 0, head)
     if len(frame) != 6 + body_size:
         raise ValueError(
