@@ -553,6 +553,24 @@ async def log_ends(cluster: KafkaCluster, topic: str) -> dict[TopicPartition, in
     return ends
 
 
+def in_process_bridge(
+    zookeeper: str, bootstrap: str, topics: list[str], name: str, **options: Any
+) -> Bridge:
+    """A bridge in the test's process: keys before ":", small batches, and aiokafka's CRC
+    check off (the mock cluster's control batches fail it)."""
+    return Bridge(
+        zookeeper,
+        bootstrap,
+        topics,
+        name=name,
+        key=key_before(b":"),
+        batch_size=100,
+        linger_ms=10,
+        consumer_options={"check_crcs": False},
+        **options,
+    )
+
+
 async def test_metrics_report_the_lag_of_every_broker_partition(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
 ) -> None:
@@ -560,17 +578,7 @@ async def test_metrics_report_the_lag_of_every_broker_partition(
     async with kafka_cluster(2, num_partitions=2) as cluster, mock_target(topics) as bootstrap:
         await produce(zookeeper, topics, 2000, keys=20)
         ends = await log_ends(cluster, "metered")
-        bridge = Bridge(
-            zookeeper,
-            bootstrap,
-            topics,
-            name="metered",
-            key=key_before(b":"),
-            batch_size=100,
-            linger_ms=10,
-            lag_interval_ms=50,
-            consumer_options={"check_crcs": False},
-        )
+        bridge = in_process_bridge(zookeeper, bootstrap, topics, "metered", lag_interval_ms=50)
         seen: list[BridgeMetrics] = []
         stop = asyncio.Event()
         task = asyncio.ensure_future(bridge.run(stop, on_batch=seen.append))
@@ -610,17 +618,7 @@ async def test_a_bridge_started_at_latest_copies_only_what_comes_after(
     async with kafka_cluster(2, num_partitions=2) as cluster, mock_target(topics) as bootstrap:
         await produce(zookeeper, topics, 300, keys=10)
         ends = await log_ends(cluster, "later")
-        bridge = Bridge(
-            zookeeper,
-            bootstrap,
-            topics,
-            name="later",
-            key=key_before(b":"),
-            start="latest",
-            batch_size=100,
-            linger_ms=10,
-            consumer_options={"check_crcs": False},
-        )
+        bridge = in_process_bridge(zookeeper, bootstrap, topics, "later", start="latest")
         stop = asyncio.Event()
         task = asyncio.ensure_future(bridge.run(stop))
         try:
