@@ -319,6 +319,36 @@ async def test_unconfirmed_batches_fail_or_retry_as_chosen(kafka_cluster: Any, p
             assert all_values(await read_logs(cluster, "refused")).count(b"fine") >= 1
 
 
+async def test_a_refusal_ending_pipelined_requests_isolates_each_of_them(
+    kafka_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused request closes the connection under the requests pipelined with it;
+    which one the broker refused cannot be known, so each goes alone: a good entry is
+    delivered after one retry although every request holds one entry (max_request_bytes
+    1), and the bad one's refusals never take it down again. (Without jitter both
+    retries fall due together, so without isolation they would be pipelined again.)"""
+    monkeypatch.setattr("aiokafka07.backoff.random.uniform", lambda low, high: 1.0)
+    async with kafka_cluster(1, zookeeper=None, num_partitions=2) as cluster:
+        p = Producer(
+            brokers=cluster.broker_list,
+            max_request_bytes=1,
+            linger_ms=50,
+            retries=1,
+            retry_backoff_ms=5,
+        )
+        await p.start()
+        doomed = await p.send("refused", b"x", partition=(0, 7))
+        ok = await p.send("refused", b"fine", partition=(0, 1))
+        assert (await ok).partition == 1
+        with pytest.raises(ProduceNotConfirmedError):
+            await doomed
+        with pytest.raises(ProducerClosedError) as closed:
+            await p.close()
+        assert closed.value.undelivered == 1
+        assert p.metrics.retries == 2
+        assert all_values(await read_logs(cluster, "refused")).count(b"fine") == 1
+
+
 async def shallow_log(cluster: KafkaCluster, topic: str, partition: int) -> list[Any]:
     """The top-level entries (compressed wrappers undecompressed) of one partition of
     broker 0."""

@@ -16,9 +16,10 @@ Every outcome is classified, in one place (:meth:`Sender.settle`):
   confirmation was lost and the producer retries unconfirmed messages. After a
   :class:`~aiokafka07.backoff.Backoff` delay, one retry task re-reads the cluster and
   routes the batch again; after ``retries`` attempts it fails. A batch that shared a
-  request the broker refused (closed the connection on) goes alone once, so that one bad
-  entry cannot take the others down twice; every other retry is batched with the rest
-  again (a broker that was down is no reason to send its batches one by one);
+  refusal (a request, or a connection end with other requests on it, that the broker
+  closed the connection on) goes alone once, so that one bad entry cannot take the
+  others down twice; every other retry is batched with the rest again (a broker that
+  was down is no reason to send its batches one by one);
 * **fail**: anything else, with the error as the cause. An error that is not a
   :class:`~aiokafka07.errors.KafkaError` (a bug) is logged once with its traceback.
 
@@ -247,12 +248,13 @@ class Sender:
                 and isinstance(exc, (ProduceNotConfirmedError, RequestTimeoutError))
             )
             refused = isinstance(exc, ProduceNotConfirmedError) and exc.refused
+            shared = refused and self._share_refusal(exc)
             log.warning("produce to %s failed (%s)", address, exc)
             for batch in batches:
                 if retriable:
                     # Only a refusal may be one entry's fault: then each goes alone (and
                     # the one refused alone again stays alone).
-                    batch.isolated = refused and (len(batches) > 1 or batch.isolated)
+                    batch.isolated = refused and (len(batches) > 1 or batch.isolated or shared)
                     self.retry(batch, exc)
                 else:
                     self.outcomes.fail(batch, exc)
@@ -263,6 +265,31 @@ class Sender:
             log.error("producing to %s failed unexpectedly", address, exc_info=exc)
         for batch in batches:
             self.outcomes.fail(batch, exc)
+
+    def _share_refusal(self, exc: BaseException) -> bool:
+        """Whether the connection end that refused this request failed other requests
+        too (pipelined behind it or ahead of it: which one the broker refused cannot be
+        known). Their batches are marked isolated now, before their own outcomes are
+        classified (their done callbacks run later in this loop iteration), so that
+        every batch of a shared refusal goes alone, as those of one multi-entry
+        request do."""
+        cause = exc.__cause__
+        if cause is None:
+            return False
+        shared = False
+        for future, (_, others) in self._requests.items():
+            if not future.done() or future.cancelled():
+                continue
+            other = future.exception()
+            if (
+                isinstance(other, ProduceNotConfirmedError)
+                and other.refused
+                and other.__cause__ is cause
+            ):
+                shared = True
+                for batch in others:
+                    batch.isolated = True
+        return shared
 
     def retry(self, batch: Batch, exc: BaseException) -> None:
         """Route ``batch`` again after a backoff, or fail it once out of attempts."""
