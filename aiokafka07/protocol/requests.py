@@ -20,7 +20,7 @@ from ..errors import InvalidTopicError, MalformedFrameError
 from ..validation import FORBIDDEN_IN_NAMES
 from . import _accel
 from ._reader import Reader
-from .messages import BytesLike
+from .messages import BytesLike, entry_size
 
 __all__ = [
     "EARLIEST",
@@ -63,8 +63,6 @@ _HEAD = struct.Struct(">ih")  # size, request type
 _PART_SIZE = struct.Struct(">ii")  # partition, message set size
 _FETCH_TAIL = struct.Struct(">iqi")  # partition, offset, max size
 _I16 = struct.Struct(">h")
-#: An uncompressed magic-1 entry's bytes besides its payload: size, magic, attributes, CRC.
-_ENTRY_OVERHEAD = 4 + 1 + 1 + 4
 
 # Characters the 0.7.2 broker refuses in a topic name (§2.2): those ZooKeeper refuses in a
 # path component (a topic is one, under /brokers/topics).
@@ -216,7 +214,7 @@ def encode_produce_frame(
     set a second time (the join of a header and a set of ~100 KiB costs as much as a tenth
     of encoding it). ``payload_bytes`` is the payloads' total length, which the batch
     keeps; a wrong one raises ``ValueError`` rather than send a frame whose sizes lie."""
-    set_size = payload_bytes + _ENTRY_OVERHEAD * len(payloads)
+    set_size = payload_bytes + entry_size(0) * len(payloads)  # magic 1, uncompressed
     parts, body_size = _produce_head(topic, partition, set_size)
     head = b"".join([_frame_head(RequestType.PRODUCE, body_size), *parts])
     frame: bytes = _accel.impl.encode_message_set(payloads, 1, 0, head)
