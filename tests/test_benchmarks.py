@@ -132,16 +132,33 @@ def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
     runs = {(r["codec"], r["confirm"]): r for r in figures["runs"]}
     assert set(runs) == {(c, k) for c in ("none", "gzip", "snappy") for k in (True, False)}
     for run in runs.values():
-        for variant in ("floor", "batch_floor", "send", "send_batch"):
+        for variant in (
+            "floor",
+            "batch_floor",
+            "enc_floor",
+            "enc_batch_floor",
+            "send",
+            "send_batch",
+        ):
             assert run[f"{variant}_ns_per_message"] > 0
-        # Each against the minimal client of its own shape.
+        # Each against the minimal client of its own shape, and against that client
+        # encoding its frames inline (the bound any encoding client is held to).
         assert (run["send_floor"], run["send_batch_floor"]) == ("floor", "batch_floor")
+        assert (run["send_encoding_floor"], run["send_batch_encoding_floor"]) == (
+            "enc_floor",
+            "enc_batch_floor",
+        )
         assert run["encode_ns_per_message"] > 0
         for variant in ("send", "send_batch"):
             ratio = run[f"{variant}_over_floor"]
             assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
             rest = run[f"{variant}_less_encoding_over_floor"]
             assert rest["min"] <= rest["median"] <= rest["max"] < ratio["max"]
+            inline = run[f"{variant}_over_encoding_floor"]
+            assert 0 < inline["min"] <= inline["median"] <= inline["max"]
+        for bound in ("enc_floor", "enc_batch_floor"):
+            ratio = run[f"{bound}_over_floor"]
+            assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
 
 
