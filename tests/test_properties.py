@@ -632,6 +632,22 @@ def test_batch_builder_twins_agree(
     )
 
 
+def test_batch_builder_positions_past_cached_ints() -> None:
+    """Positions past CPython's cached small ints (256) and past the C appender's own
+    cache of position ints (16384), in two batches (the second reuses the cache), are
+    the same from both twins: 0, 1, 2, ... in order, every value kept."""
+    from aiokafka07.producer.batch import BatchBuilder, pure_batch_builder
+
+    count = 16384 + 300
+    for cls in (BatchBuilder, pure_batch_builder()):
+        for _ in range(2):
+            builder = cls(max_count=count, max_bytes=count, max_message_size=1, serializer=None)
+            positions = [builder.append(b"x") for _ in range(count)]
+            assert positions == list(range(count))
+            assert builder.append(b"x") is None  # full
+            assert (len(builder.values), builder.size_bytes) == (count, count)
+
+
 _HOT_APPENDS = st.lists(
     st.tuples(
         st.sampled_from(["a", "b", "c"]),  # topic ("c" never hot)

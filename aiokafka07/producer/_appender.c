@@ -38,6 +38,31 @@ typedef struct {
 
 static PyObject *slow_name; /* "_append_slow" */
 
+/* append() returns the message's position. CPython keeps the ints up to 256 ready; a
+ * position beyond that would be a new int per message, made and freed for every append
+ * (most callers drop it at once), which costs more than the append itself. So the ints of
+ * the positions below POSITIONS are made once, when a batch first reaches them, and kept
+ * for the life of the process (at most POSITIONS ints, ~32 B each; the default batch_size
+ * of 1000 uses 1000 of them); a position past them is made per call as before. */
+#define POSITIONS 16384
+static PyObject *positions[POSITIONS];
+
+/* A new reference to the int `position` (>= 0), or NULL with MemoryError set. */
+static PyObject *
+position_of(Py_ssize_t position)
+{
+    if (position >= POSITIONS)
+        return PyLong_FromSsize_t(position);
+    PyObject *cached = positions[position];
+    if (cached == NULL) {
+        if ((cached = PyLong_FromSsize_t(position)) == NULL)
+            return NULL;
+        positions[position] = cached; /* the cache's own reference, never released */
+    }
+    Py_INCREF(cached);
+    return cached;
+}
+
 static PyObject *
 appender_slow(Appender *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -76,10 +101,16 @@ appender_append(Appender *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     Py_ssize_t total = self->size_bytes + size;
     if (count && total > self->max_bytes)
         Py_RETURN_NONE;
-    if (PyList_Append(self->values, value) < 0)
+    /* The position first: once the value is in, the call must not fail. */
+    PyObject *position = position_of(count);
+    if (position == NULL)
         return NULL;
+    if (PyList_Append(self->values, value) < 0) {
+        Py_DECREF(position);
+        return NULL;
+    }
     self->size_bytes = total;
-    return PyLong_FromSsize_t(count);
+    return position;
 }
 
 static int
