@@ -157,35 +157,25 @@ class FloorClient(asyncio.Protocol):
 
 class EncodingFloorClient(FloorClient):
     """The floor with the codec's work inline: each frame is encoded from its messages
-    when it is written (the least any client that encodes pays on top of the floor)."""
+    when it is written (the least any client that encodes pays on top of the floor).
+    Sends go in order in frames of ``BATCH``, so frame ``i`` holds messages ``i * BATCH``
+    onwards, taken by one slice of the payloads (cheaper than collecting them per call)."""
 
-    def __init__(self, topic: str, codec: str, probe: bytes, confirm: bool) -> None:
+    def __init__(
+        self, topic: str, codec: str, payloads: list[bytes], probe: bytes, confirm: bool
+    ) -> None:
         super().__init__([], probe, confirm)
         self.topic = topic
         self.codec = codec
-        self.values: list[bytes] = []
-
-    async def send(self, value: bytes) -> asyncio.Future[None]:
-        self.values.append(value)
-        future = self.create_future()
-        pending = self.pending
-        pending.append(future)
-        if len(pending) >= BATCH:
-            await self.write()
-        return future
-
-    async def send_batch(self, values: list[bytes]) -> asyncio.Future[None]:
-        self.values = values
-        future = self.create_future()
-        self.pending.append(future)
-        await self.write()
-        return future
+        self.payloads = payloads
 
     def frame(self) -> bytes:
+        start = self.next * BATCH
+        self.next += 1
         # The set behind a MULTIPRODUCE header, as the floors' frames: one copy more than
         # the producer's one-buffer PRODUCE frame for an uncompressed batch.
-        message_set = encode_message_set(self.values, compression=self.codec)
-        self.values = []
+        values = self.payloads[start : start + BATCH]
+        message_set = encode_message_set(values, compression=self.codec)
         return encode_multiproduce_request([(self.topic, -1, message_set)])
 
 
@@ -232,7 +222,7 @@ async def _floor(
     probe = encode_offsets_request(topic, 0, -1, 1)
     make: Callable[[], FloorClient]
     if inline:
-        make = lambda: EncodingFloorClient(topic, codec, probe, confirm)  # noqa: E731
+        make = lambda: EncodingFloorClient(topic, codec, payloads, probe, confirm)  # noqa: E731
     else:
         frames = [
             encode_multiproduce_request(
