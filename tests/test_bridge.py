@@ -181,7 +181,12 @@ async def produce(
     zookeeper: str, topics: list[str], per_topic: int, keys: int, *, start: int = 0
 ) -> dict[str, list[bytes]]:
     sent: dict[str, list[bytes]] = {t: [] for t in topics}
-    async with Producer(zookeeper=zookeeper, compression="gzip", linger_ms=5) as producer:
+    # Retries enough to ride out a moment without live brokers in the producer's view (a
+    # ZooKeeper session expiring on a loaded machine takes the brokers' registrations with
+    # it until they register again).
+    async with Producer(
+        zookeeper=zookeeper, compression="gzip", linger_ms=5, retries=20, retry_backoff_ms=100
+    ) as producer:
         futures = []
         for i in range(start, start + per_topic):
             for topic in topics:

@@ -656,6 +656,35 @@ async def test_batching_recovers_after_a_broker_crash_and_restart(
         assert crash_requests <= 3 * requests, (crash_requests, requests)
 
 
+async def test_retries_wait_for_a_broker_while_the_view_has_none(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """Messages accepted just before the topic's only broker leaves the view (crashed:
+    its ZooKeeper registration gone at once) are not failed at the first retry that finds
+    no live broker (``NoBrokersError``): they wait at the backoff's pace, as retries do
+    for a broker that left, and go out when it is back. Before, a retry that could not be
+    routed failed its messages at once: one lost registration, as during a ZooKeeper
+    session's expiry under load, dropped them with most of their retries unspent."""
+    async with (
+        kafka_cluster(1) as cluster,
+        Producer(zookeeper=zookeeper, retries=30, retry_backoff_ms=50, linger_ms=300) as p,
+    ):
+        await p.send_and_wait("away", b"first")  # the topic is registered
+        futures = [await p.send("away", b"v%03d" % i) for i in range(200)]  # lingering
+        keyed = [await p.send("away", b"k%03d" % i, key=f"k{i}") for i in range(100)]
+        await cluster.crash_broker(0)
+        await eventually(lambda: not p.cluster.brokers, timeout=15)
+        await eventually(lambda: p.metrics.retries >= 300, timeout=15)  # both kinds retried
+        await asyncio.sleep(0.3)  # more retries while nothing can be routed
+        assert not any(f.done() for f in futures + keyed)
+        await cluster.start_broker(0)
+        results = await asyncio.wait_for(asyncio.gather(*futures, *keyed), 60)
+        assert {r.broker_id for r in results} == {0}
+        values = set(all_values(await read_logs(cluster, "away")))
+    # (The crash may have taken "first" with it: a crash does not flush.)
+    assert values >= {*(b"v%03d" % i for i in range(200)), *(b"k%03d" % i for i in range(100))}
+
+
 async def test_gzip_compression_level_is_used_and_checked(kafka_cluster: Any) -> None:
     """The wrappers a producer writes with ``compression_level`` are deflated at that
     level (the stored payload is gzip_compress(inner set, level)); a level is gzip's

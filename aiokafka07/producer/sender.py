@@ -42,6 +42,7 @@ from ..cluster import Cluster
 from ..errors import (
     KafkaConnectionError,
     KafkaError,
+    NoBrokersError,
     ProduceNotConfirmedError,
     ProducerClosedError,
     RequestTimeoutError,
@@ -351,8 +352,21 @@ class Sender:
             key, pinned = route
             return pinned if pinned is not None else self.router.by_key(topic, key)
 
-        for target, part in batch.regroup(target_of):
-            if isinstance(target, Exception):
+        parts = batch.regroup(target_of)
+        no_brokers = [target for target, _ in parts if isinstance(target, NoBrokersError)]
+        if not self.closed and parts and len(no_brokers) == len(parts):
+            # No live broker for the topic in the view now (its brokers away, or the view
+            # between two ZooKeeper sessions): a retry like any other, at the backoff's
+            # pace, the batch whole, until its attempts are spent.
+            log.warning(
+                "%d messages of %s wait for a broker: %s", batch.count, topic, no_brokers[0]
+            )
+            self.retry(batch, no_brokers[0])
+            return
+        for target, part in parts:
+            if isinstance(target, NoBrokersError) and not self.closed:
+                self.retry(part, target)  # beside messages that could be routed
+            elif isinstance(target, Exception):
                 log.warning("cannot route %d messages of %s again: %r", part.count, topic, target)
                 self.outcomes.fail(part, target)
             elif self.closed:
