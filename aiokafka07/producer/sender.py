@@ -353,18 +353,21 @@ class Sender:
             return pinned if pinned is not None else self.router.by_key(topic, key)
 
         parts = batch.regroup(target_of)
+        # No live broker for the topic in the view now (its brokers away, or the view
+        # between two ZooKeeper sessions): a retry like any other, at the backoff's pace,
+        # until the attempts are spent; but not once the producer is closing, when a
+        # cluster that has gone (stopped with the application) must not hold close() up
+        # for every retry's re-read of ZooKeeper.
+        wait = not self.closed and not self.accumulator.closing
         no_brokers = [target for target, _ in parts if isinstance(target, NoBrokersError)]
-        if not self.closed and parts and len(no_brokers) == len(parts):
-            # No live broker for the topic in the view now (its brokers away, or the view
-            # between two ZooKeeper sessions): a retry like any other, at the backoff's
-            # pace, the batch whole, until its attempts are spent.
+        if wait and parts and len(no_brokers) == len(parts):
             log.warning(
                 "%d messages of %s wait for a broker: %s", batch.count, topic, no_brokers[0]
             )
             self.retry(batch, no_brokers[0])
             return
         for target, part in parts:
-            if isinstance(target, NoBrokersError) and not self.closed:
+            if isinstance(target, NoBrokersError) and wait:
                 self.retry(part, target)  # beside messages that could be routed
             elif isinstance(target, Exception):
                 log.warning("cannot route %d messages of %s again: %r", part.count, topic, target)
