@@ -155,6 +155,11 @@ class FloorClient(asyncio.Protocol):
             await asyncio.sleep(0)
 
 
+def floor_frame(topic: str, values: list[bytes], codec: str) -> bytes:
+    """A floor's frame: ``values`` as one message set of ``codec`` in a MULTIPRODUCE."""
+    return encode_multiproduce_request([(topic, -1, encode_message_set(values, compression=codec))])
+
+
 class EncodingFloorClient(FloorClient):
     """The floor with the codec's work inline: each frame is encoded from its messages
     when it is written (the least any client that encodes pays on top of the floor).
@@ -174,9 +179,7 @@ class EncodingFloorClient(FloorClient):
         self.next += 1
         # The set behind a MULTIPRODUCE header, as the floors' frames: one copy more than
         # the producer's one-buffer PRODUCE frame for an uncompressed batch.
-        values = self.payloads[start : start + BATCH]
-        message_set = encode_message_set(values, compression=self.codec)
-        return encode_multiproduce_request([(self.topic, -1, message_set)])
+        return floor_frame(self.topic, self.payloads[start : start + BATCH], self.codec)
 
 
 def encode_only(payloads: list[bytes], codec: str) -> float:
@@ -225,9 +228,7 @@ async def _floor(
         make = lambda: EncodingFloorClient(topic, codec, payloads, probe, confirm)  # noqa: E731
     else:
         frames = [
-            encode_multiproduce_request(
-                [(topic, -1, encode_message_set(payloads[i : i + BATCH], compression=codec))]
-            )
+            floor_frame(topic, payloads[i : i + BATCH], codec)
             for i in range(0, len(payloads), BATCH)
         ]
         make = lambda: FloorClient(frames, probe, confirm)  # noqa: E731
