@@ -152,14 +152,22 @@ class _Session(aiozk.session.Session):  # type: ignore[misc]
 
     async def find_server(self, allow_read_only: bool) -> None:
         """Connect to a server (in random order, as aiozk does); until one answers,
-        round after round, with the backoff between rounds. It runs in aiozk's repair
-        loop, which aiozk cancels when the session is closed."""
+        round after round, with the backoff between rounds, or until the session closes.
+
+        It runs in aiozk's repair loop, which aiozk cancels when the session is closed.
+        The closing check does not rely on that cancellation: on Python 3.11 and earlier,
+        ``asyncio.wait_for`` swallows a cancellation that arrives as the attempt it
+        bounds ends, and this loop would then go on trying for ever, a task left behind
+        by a closed session (seen in CI, a start failing with no server up)."""
         backoff = Backoff(*RECONNECT_BACKOFF)
         conn: Any = None
         while conn is None:
             for host, port in random.sample(self.hosts, len(self.hosts)):
+                self._raise_if_closed()
                 conn = await self._connect(host, port)
-                if conn is not None and conn.start_read_only and not allow_read_only:
+                if conn is not None and (
+                    self._closed() or (conn.start_read_only and not allow_read_only)
+                ):
                     self._close_later(conn)
                     conn = None
                 if conn is not None:
@@ -172,6 +180,16 @@ class _Session(aiozk.session.Session):  # type: ignore[misc]
         if old is not None:
             # Not awaited: it may wait for a half-open socket's reads to end.
             self._close_later(old)
+
+    def _closed(self) -> bool:
+        """Whether the session is closing or closed (aiozk clears ``closing`` when
+        ``close()`` has finished, and ``started`` with it)."""
+        return bool(self.closing or not self.started)
+
+    def _raise_if_closed(self) -> None:
+        """End the repair loop as cancelled (what aiozk expects of it while closing)."""
+        if self._closed():
+            raise asyncio.CancelledError
 
     async def _connect(self, host: str, port: str | int) -> Any:
         """A connection to one server, or None (aiozk logs why). Bounded: aiozk waits
@@ -188,6 +206,27 @@ class _Session(aiozk.session.Session):  # type: ignore[misc]
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
         task.add_done_callback(_log_close_failure)
+
+
+async def _abandon(client: Any) -> None:
+    """Close a client whose session never opened, leaving none of its tasks behind.
+
+    aiozk's ``close()`` waits for a connected state to send its close request, so it is
+    cut short after a second; its repair loop (cancelled by it, and ending by itself once
+    the session is closing) is then awaited, bounded, and its heartbeat timer cancelled.
+    """
+    session = client.session
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.close(), 1.0)
+    if session.heartbeat_handle is not None:
+        session.heartbeat_handle.cancel()
+        session.heartbeat_handle = None
+    task = session.repair_loop_task
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+        if not task.done():
+            log.warning("aiozk's repair loop did not end within 1 s of its cancellation")
 
 
 def _log_close_failure(task: asyncio.Task[None]) -> None:
@@ -276,12 +315,10 @@ class ZooKeeper:
         except asyncio.CancelledError:
             # Cut short (Ctrl-C, a caller giving up): stop aiozk's attempts too, or its
             # tasks outlive us and complain when they are torn down.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), 1.0)
+            await _abandon(client)
             raise
         except (asyncio.TimeoutError, OSError, zk_exc.ZKError) as exc:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), 1.0)
+            await _abandon(client)
             if isinstance(exc, asyncio.TimeoutError):
                 reason = "no server answered"  # (aiozk keeps retrying refused connections)
             else:

@@ -32,7 +32,7 @@ from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.errors import KafkaError, ZooKeeperError
 from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
 from aiokafka07.znodes import parse_broker_registration
-from aiokafka07.zookeeper import ZooKeeper
+from aiokafka07.zookeeper import ZooKeeper, _Session
 
 WAIT = 10.0  # upper bound for anything a watch should deliver
 WAIT_MS = WAIT * 1000
@@ -508,3 +508,25 @@ async def test_start_fails_cleanly_without_zookeeper() -> None:
     for _ in range(20):
         await asyncio.sleep(0.01)
     assert asyncio.all_tasks() == before
+
+
+@pytest.mark.parametrize("how", ["closing", "closed"])
+async def test_a_closed_session_stops_looking_for_a_server(how: str) -> None:
+    """The search for a server ends once the session is closing or closed, whether or not
+    its task's cancellation arrives: Python 3.11's ``asyncio.wait_for`` swallows one that
+    comes as a connection attempt ends, and the search then went on for ever (CI's
+    ``test_start_fails_cleanly_without_zookeeper`` found aiozk's repair loop left behind)."""
+    session = _Session("127.0.0.1:1", 6.0, None, False, None)  # port 1: refused at once
+    session.started = True
+    search = asyncio.ensure_future(session.find_server(False))
+    await asyncio.sleep(0.3)  # a few rounds of refused attempts and backoff
+    assert not search.done()
+    if how == "closing":
+        session.closing = True
+    else:
+        session.started = False  # what aiozk's close() leaves
+    await asyncio.wait({search}, timeout=2.0)  # one backoff (at most 0.5 s) and an attempt
+    try:
+        assert search.cancelled()
+    finally:
+        search.cancel()
