@@ -33,6 +33,7 @@ from .backoff import Backoff
 from .connection import BrokerAddress
 from .errors import InvalidConfigError, KafkaError, ZooKeeperError
 from .supervisor import CrashPolicy, Supervisor
+from .timeouts import wait_for
 from .validation import check_optional_ms
 from .znodes import (
     BROKER_IDS,
@@ -239,7 +240,7 @@ class Cluster(abc.ABC):
                     f"the cluster view did not satisfy {predicate!r} within {limit_ms:g} ms"
                 )
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                await wait_for(self._changed.wait(), remaining)
 
     def _publish(self, events: Iterable[ClusterEvent]) -> None:
         """Hand ``events`` to every subscriber and wake :meth:`wait_for` callers."""
@@ -422,7 +423,7 @@ class ZooKeeperCluster(Cluster):
         assert future is not None
         timeout = self.zookeeper.connection_timeout_ms / 1000
         try:
-            await asyncio.wait_for(future, timeout)
+            await wait_for(future, timeout)
         except asyncio.TimeoutError:
             raise ZooKeeperError(
                 f"could not re-read the cluster from ZooKeeper at {self.zookeeper.connect} "

@@ -65,6 +65,7 @@ from .protocol import (
 from .protocol.conversation import Conversation, Exchange
 from .protocol.messages import BytesLike
 from .supervisor import mark_retrieved
+from .timeouts import wait_for
 from .validation import (
     check_int,
     check_ms,
@@ -234,7 +235,7 @@ class BrokerConnection(asyncio.Protocol):
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(
+            await wait_for(
                 loop.create_connection(lambda: self, self.address.host, self.address.port),
                 self._connect_timeout,
             )
@@ -295,7 +296,7 @@ class BrokerConnection(asyncio.Protocol):
         self._fail(KafkaConnectionError(f"connection to {self.address} closed"))
         if self._transport is not None:
             try:
-                await asyncio.wait_for(self._lost.wait(), wait)
+                await wait_for(self._lost.wait(), wait)
             except asyncio.TimeoutError:
                 self._transport.abort()
 

@@ -49,6 +49,7 @@ from .producer import Producer
 from .protocol import LATEST
 from .simple import SimpleConsumer
 from .testing.local import LocalCluster, local_cluster
+from .timeouts import wait_for
 from .tools.common import (
     describe_exit_status,
     in_daemon_thread,
@@ -252,7 +253,7 @@ async def count_with_group(
         async with LiveCount("consume", "msg", _counting(lambda: seen, expected), enabled=live):
             tasks = [asyncio.create_task(member(c)) for c in consumers]
             try:
-                await asyncio.wait_for(done.wait(), 600)
+                await wait_for(done.wait(), 600)
             finally:
                 done.set()
                 await asyncio.gather(*tasks)
@@ -328,15 +329,15 @@ async def spark_session(log_file: Path, live: bool) -> AsyncIterator[Any]:
             spark.sparkContext.cancelAllJobs()
 
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(in_daemon_thread(cancel_everything), SPARK_STOP_TIMEOUT)
+            await wait_for(in_daemon_thread(cancel_everything), SPARK_STOP_TIMEOUT)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(in_daemon_thread(spark.stop), SPARK_STOP_TIMEOUT)
+            await wait_for(in_daemon_thread(spark.stop), SPARK_STOP_TIMEOUT)
         # The data source's own sessions and connections in this (the driver) process:
         # closed now, while the cluster still answers, rather than at exit.
         from .spark.runtime import WorkerRuntime
 
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(in_daemon_thread(WorkerRuntime.get().shutdown), 15)
+            await wait_for(in_daemon_thread(WorkerRuntime.get().shutdown), 15)
 
 
 def _counts(rows: list[Any]) -> Counts:

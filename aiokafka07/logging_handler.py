@@ -73,6 +73,7 @@ from .errors import KafkaError
 from .producer import Producer, ProduceResult
 from .protocol import Compression, validate_topic
 from .supervisor import CrashPolicy, Supervisor
+from .timeouts import wait_for
 from .validation import check_ms, check_optional_ms, renamed_options_to_ms
 
 __all__ = ["HandlerStats", "KafkaHandler"]
@@ -342,7 +343,7 @@ class KafkaHandler(logging.Handler):
         )
         waiter = self._flush_waiter()
         try:
-            await asyncio.wait_for(asyncio.wrap_future(waiter), wait)
+            await wait_for(asyncio.wrap_future(waiter), wait)
         except asyncio.TimeoutError:
             return False
         return True
@@ -484,7 +485,7 @@ class KafkaHandler(logging.Handler):
         try:
             # Most of it to hand what is buffered to the producer; the producer's close
             # gets the rest (it delivers what it holds, then fails what is left).
-            await asyncio.wait_for(self._hand_over(), 0.75 * left())  # 0.6 of the budget
+            await wait_for(self._hand_over(), 0.75 * left())  # 0.6 of the budget
         except asyncio.TimeoutError:
             log.warning(
                 "closing the Kafka log handler of %s: records still waiting after %g ms are "

@@ -42,6 +42,7 @@ from aiozk.states import States
 from .backoff import Backoff
 from .errors import InvalidConfigError, ZNodeConflictError, ZooKeeperError
 from .supervisor import CrashPolicy, Supervisor, mark_retrieved
+from .timeouts import wait_for
 from .validation import check_name
 
 __all__ = ["DEFAULT_PORT", "ZooKeeper", "parse_connect_string", "parse_server"]
@@ -155,10 +156,11 @@ class _Session(aiozk.session.Session):  # type: ignore[misc]
         round after round, with the backoff between rounds, or until the session closes.
 
         It runs in aiozk's repair loop, which aiozk cancels when the session is closed.
-        The closing check does not rely on that cancellation: on Python 3.11 and earlier,
-        ``asyncio.wait_for`` swallows a cancellation that arrives as the attempt it
-        bounds ends, and this loop would then go on trying for ever, a task left behind
-        by a closed session (seen in CI, a start failing with no server up)."""
+        The closing check does not rely on that cancellation alone: with
+        ``asyncio.wait_for`` (Python 3.10 and 3.11) a cancellation arriving as an attempt
+        ended was lost, and this loop went on trying for ever, a task left behind by a
+        closed session (seen in CI, a start failing with no server up); see
+        :mod:`aiokafka07.timeouts`."""
         backoff = Backoff(*RECONNECT_BACKOFF)
         conn: Any = None
         while conn is None:
@@ -196,7 +198,7 @@ class _Session(aiozk.session.Session):  # type: ignore[misc]
         for the answer to its ``srvr`` handshake without a timeout, and a server that
         is going down or coming up may accept a connection and never answer it."""
         try:
-            return await asyncio.wait_for(self.make_connection(host, port), CONNECT_TIMEOUT)
+            return await wait_for(self.make_connection(host, port), CONNECT_TIMEOUT)
         except asyncio.TimeoutError:
             log.debug("ZooKeeper at %s:%s did not answer within %g s", host, port, CONNECT_TIMEOUT)
             return None
@@ -217,7 +219,7 @@ async def _abandon(client: Any) -> None:
     """
     session = client.session
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.close(), 1.0)
+        await wait_for(client.close(), 1.0)
     if session.heartbeat_handle is not None:
         session.heartbeat_handle.cancel()
         session.heartbeat_handle = None
@@ -311,7 +313,7 @@ class ZooKeeper:
         # as ZKClient's defaults).
         client.session = _Session(self.servers, timeout, None, False, None)
         try:
-            await asyncio.wait_for(client.start(), self.connection_timeout_ms / 1000)
+            await wait_for(client.start(), self.connection_timeout_ms / 1000)
         except asyncio.CancelledError:
             # Cut short (Ctrl-C, a caller giving up): stop aiozk's attempts too, or its
             # tasks outlive us and complain when they are torn down.
@@ -344,7 +346,7 @@ class ZooKeeper:
         if client is not None:
             session_id = client.session.session_id or 0
             try:
-                await asyncio.wait_for(client.close(), self.session_timeout_ms / 1000)
+                await wait_for(client.close(), self.session_timeout_ms / 1000)
             except Exception as exc:  # an unreachable server: the session expires by itself
                 log.warning("closing the ZooKeeper session %#x failed: %r", session_id, exc)
             else:
@@ -560,7 +562,7 @@ class ZooKeeper:
         try:
             if timeout is None:
                 return await call
-            return await asyncio.wait_for(call, timeout / 1000)
+            return await wait_for(call, timeout / 1000)
         except (zk_exc.NodeExists, zk_exc.NoNode):
             raise
         except asyncio.TimeoutError:
@@ -645,7 +647,7 @@ class ZooKeeper:
             if not await self._call(self.client.exists(path, watch=True)):
                 return True
             try:
-                await asyncio.wait_for(gone.wait(), max(0.0, timeout))
+                await wait_for(gone.wait(), max(0.0, timeout))
             except asyncio.TimeoutError:
                 return False
             return True

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import BridgeError
 from ..records import TopicPartition
+from ..timeouts import wait_for
 from . import _aiokafka
 from .positions import Position, source_of
 
@@ -125,7 +126,7 @@ async def recover(
     timeout = request_timeout_ms / 1000
     consumer = _aiokafka.read_committed_consumer(bootstrap_servers, request_timeout_ms, options)
     try:
-        await asyncio.wait_for(consumer.start(), timeout)
+        await wait_for(consumer.start(), timeout)
         reader = TargetReader(consumer, aiokafka.structs.TopicPartition, timeout)
         checkpoint = await _last_checkpoint(reader, checkpoint_topic, checkpoint_key)
         written = {where: dict(found) for where, found in checkpoint.pending.items()}
@@ -139,7 +140,7 @@ async def recover(
     except (asyncio.TimeoutError, aiokafka.errors.KafkaError, OSError) as exc:
         raise BridgeError(f"recovery from target {bootstrap_servers} failed: {exc!r}") from exc
     finally:
-        await asyncio.wait_for(consumer.stop(), timeout)
+        await wait_for(consumer.stop(), timeout)
     log.info(
         "recovered: checkpoint with %d broker-partitions; records after it in %d target partitions",
         len(checkpoint.positions),
@@ -195,14 +196,14 @@ class TargetReader:
         self.timeout = timeout
 
     async def bounds(self, where: tuple[str, int]) -> tuple[int | None, int | None]:
-        partitions = await asyncio.wait_for(
+        partitions = await wait_for(
             _aiokafka.partitions_of(self.consumer._client, where[0]), self.timeout
         )
         if not partitions or where[1] not in partitions:
             return None, None
         tp = self.make_tp(*where)
-        begin = await asyncio.wait_for(self.consumer.beginning_offsets([tp]), self.timeout)
-        end = await asyncio.wait_for(self.consumer.end_offsets([tp]), self.timeout)
+        begin = await wait_for(self.consumer.beginning_offsets([tp]), self.timeout)
+        end = await wait_for(self.consumer.end_offsets([tp]), self.timeout)
         return int(begin[tp]), int(end[tp])
 
     async def read(
@@ -219,9 +220,9 @@ class TargetReader:
             return {}
         self.consumer.assign(list(tps))
         if until is None:
-            answer = await asyncio.wait_for(self.consumer.end_offsets(list(tps)), self.timeout)
+            answer = await wait_for(self.consumer.end_offsets(list(tps)), self.timeout)
             until = {tps[tp]: int(offset) for tp, offset in answer.items()}
-        first = await asyncio.wait_for(self.consumer.beginning_offsets(list(tps)), self.timeout)
+        first = await wait_for(self.consumer.beginning_offsets(list(tps)), self.timeout)
         pending = set()
         for tp, where in tps.items():
             start = max(starts[where] or 0, int(first[tp]))
@@ -235,9 +236,7 @@ class TargetReader:
             if loop.time() > deadline:
                 late = sorted(tps[tp] for tp in pending)
                 raise BridgeError(f"reading the target's tails made no progress: {late}")
-            batches = await asyncio.wait_for(
-                self.consumer.getmany(*pending, timeout_ms=1000), self.timeout
-            )
+            batches = await wait_for(self.consumer.getmany(*pending, timeout_ms=1000), self.timeout)
             for tp, records in batches.items():
                 where = tps[tp]
                 if records:
@@ -246,7 +245,7 @@ class TargetReader:
                     if record.offset < until[where]:
                         each(where, record)
             for tp in list(pending):
-                position = await asyncio.wait_for(self.consumer.position(tp), self.timeout)
+                position = await wait_for(self.consumer.position(tp), self.timeout)
                 if position >= until[tps[tp]]:
                     deadline = loop.time() + self.timeout
                     pending.discard(tp)

@@ -18,6 +18,7 @@ from ..pool import ConnectionPool
 from ..protocol import validate_topic
 from ..records import TopicPartition
 from ..supervisor import Supervisor
+from ..timeouts import wait_for
 from ..validation import check_int, check_number, check_optional_int
 from .mapping import KeyFunction
 from .mapping import Mapping as PartitionMapping
@@ -375,7 +376,7 @@ class Bridge:
             if remaining <= 0 or stop.is_set():
                 break
             try:
-                batch.extend(await asyncio.wait_for(queue.get(), remaining))
+                batch.extend(await wait_for(queue.get(), remaining))
             except asyncio.TimeoutError:
                 break
         if len(batch) > self.batch_size:

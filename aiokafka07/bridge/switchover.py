@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import BridgeError
 from ..records import TopicPartition
+from ..timeouts import wait_for
 from ..znodes import GroupRegistry
 from ..zookeeper import ZooKeeper
 from . import _aiokafka
@@ -107,12 +108,10 @@ async def translate(
             after_first += 1
 
     try:
-        await asyncio.wait_for(consumer.start(), timeout)
+        await wait_for(consumer.start(), timeout)
         starts: dict[tuple[str, int], int | None] = {}
         for topic in topics:
-            partitions = await asyncio.wait_for(
-                _aiokafka.partitions_of(consumer._client, topic), timeout
-            )
+            partitions = await wait_for(_aiokafka.partitions_of(consumer._client, topic), timeout)
             if not partitions:
                 raise BridgeError(f"topic {topic} does not exist on the target")
             starts.update({(topic, p): None for p in partitions})
@@ -122,7 +121,7 @@ async def translate(
     except (asyncio.TimeoutError, aiokafka.errors.KafkaError, OSError) as exc:
         raise BridgeError(f"reading target {bootstrap_servers} failed: {exc!r}") from exc
     finally:
-        await asyncio.wait_for(consumer.stop(), timeout)
+        await wait_for(consumer.stop(), timeout)
     behind = sorted(
         f"{s.topic}/{s.name}"
         for s, offset in committed.items()
@@ -155,14 +154,14 @@ async def commit_offsets(
     )
     structs = aiokafka.structs
     try:
-        await asyncio.wait_for(consumer.start(), timeout)
+        await wait_for(consumer.start(), timeout)
         tps = {structs.TopicPartition(t, p): o for (t, p), o in offsets.items()}
         consumer.assign(list(tps))
-        await asyncio.wait_for(
+        await wait_for(
             consumer.commit({tp: structs.OffsetAndMetadata(o, "") for tp, o in tps.items()}),
             timeout,
         )
     except (asyncio.TimeoutError, aiokafka.errors.KafkaError, OSError) as exc:
         raise BridgeError(f"committing group {group} on the target failed: {exc!r}") from exc
     finally:
-        await asyncio.wait_for(consumer.stop(), timeout)
+        await wait_for(consumer.stop(), timeout)

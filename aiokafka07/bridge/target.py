@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import BridgeError
+from ..timeouts import wait_for
 from . import _aiokafka
 
 __all__ = ["OutRecord", "TargetWriter"]
@@ -75,7 +76,7 @@ class TargetWriter:
             **settings,
         )
         try:
-            await asyncio.wait_for(producer.start(), self.timeout)
+            await wait_for(producer.start(), self.timeout)
         except (asyncio.TimeoutError, aiokafka.errors.KafkaError, OSError) as exc:
             await _stop(producer)
             raise BridgeError(
@@ -91,7 +92,7 @@ class TargetWriter:
     async def partition_count(self, topic: str) -> int | None:
         """The target topic's partition count (None: the topic does not exist)."""
         try:
-            partitions = await asyncio.wait_for(
+            partitions = await wait_for(
                 _aiokafka.partitions_of(self._producer.client, topic), self.timeout
             )
         except (asyncio.TimeoutError, _aiokafka.load().errors.KafkaError) as exc:
@@ -109,8 +110,8 @@ class TargetWriter:
             **{k: v for k, v in self._options.items() if k.startswith(("security", "sasl", "ssl"))},
         )
         try:
-            await asyncio.wait_for(admin.start(), self.timeout)
-            await asyncio.wait_for(
+            await wait_for(admin.start(), self.timeout)
+            await wait_for(
                 admin.create_topics([aiokafka.admin.NewTopic(topic, partitions, replication)]),
                 self.timeout,
             )
@@ -120,7 +121,7 @@ class TargetWriter:
                 f"creating topic {topic} on the target failed: {_describe(exc)}"
             ) from exc
         finally:
-            await asyncio.wait_for(admin.close(), self.timeout)
+            await wait_for(admin.close(), self.timeout)
         log.info("created topic %s on the target with %d partitions", topic, partitions)
 
     async def _send(self, records: Sequence[OutRecord]) -> dict[tuple[str, int], int]:
@@ -184,15 +185,15 @@ class TargetWriter:
         producer = self._producer
         aiokafka = _aiokafka.load()
         try:
-            await asyncio.wait_for(producer.begin_transaction(), self.timeout)
-            ends = await asyncio.wait_for(self._send(records), self.timeout)
+            await wait_for(producer.begin_transaction(), self.timeout)
+            ends = await wait_for(self._send(records), self.timeout)
             merged = dict(checkpoint)
             merged.update(ends)
             sent = await producer.send(
                 checkpoint_topic, encode(merged), key=checkpoint_key, partition=0
             )
-            await asyncio.wait_for(sent, self.timeout)
-            await asyncio.wait_for(producer.commit_transaction(), self.timeout)
+            await wait_for(sent, self.timeout)
+            await wait_for(producer.commit_transaction(), self.timeout)
         except (_TooLarge, aiokafka.errors.MessageSizeTooLargeError) as exc:
             raise BridgeError(
                 f"a record is too large for the target ({_describe(exc)}); raise the "
@@ -215,7 +216,7 @@ class _TooLarge(Exception):
 
 async def _stop(producer: Any) -> None:
     try:
-        await asyncio.wait_for(producer.stop(), 10.0)
+        await wait_for(producer.stop(), 10.0)
     except Exception:
         log.warning("stopping the target producer failed", exc_info=True)
 

@@ -62,6 +62,7 @@ from ..protocol import (
 )
 from ..protocol.messages import count_messages, summarize_message_set
 from ..supervisor import CrashPolicy, Supervisor
+from ..timeouts import wait_for
 from ..znodes import format_broker_registration, register_broker, register_topic
 from ..zookeeper import ZooKeeper
 from .config import BrokerConfig
@@ -231,7 +232,7 @@ class Broker:
             # Since Python 3.12 this waits until every connection is dropped (before, it
             # returned at once): those of handlers that started late too.
             try:
-                await asyncio.wait_for(server.wait_closed(), _HANDLER_END_S)
+                await wait_for(server.wait_closed(), _HANDLER_END_S)
             except asyncio.TimeoutError:
                 log.warning("broker %d: connections still open after close", self.broker_id)
         await self._end_handlers()

@@ -44,6 +44,7 @@ from ..pool import ConnectionPool, PoolMetrics
 from ..protocol import EARLIEST, LATEST, validate_topic
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
+from ..timeouts import wait_for
 from ..validation import (
     INT32_MAX,
     NOT_GIVEN,
@@ -448,7 +449,7 @@ class Consumer:
             if left is not None and left <= 0:
                 raise StopAsyncIteration
             try:
-                await asyncio.wait_for(delivery.data.wait(), left)
+                await wait_for(delivery.data.wait(), left)
             except asyncio.TimeoutError:
                 raise StopAsyncIteration from None
 
@@ -490,7 +491,7 @@ class Consumer:
                 break
             delivery.data.clear()
             try:
-                await asyncio.wait_for(delivery.data.wait(), left)
+                await wait_for(delivery.data.wait(), left)
             except asyncio.TimeoutError:
                 break
         if not result and delivery.closed:

@@ -43,6 +43,7 @@ from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
+from ..timeouts import wait_for
 from ..znodes import read_brokers
 from ..zookeeper import ZooKeeper
 from .state import Assignment, PartitionState
@@ -224,7 +225,7 @@ class Fetcher:
     async def _idle(self, seconds: float) -> None:
         self._wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            await wait_for(self._wake.wait(), seconds)
 
     async def _fetch(self, states: list[PartitionState]) -> bool:
         # (A broker the last cluster view lacks is looked up in ZooKeeper.)

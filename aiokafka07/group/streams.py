@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConsumerStoppedError
 from ..records import ConsumerRecord, TopicPartition
+from ..timeouts import wait_for
 
 if TYPE_CHECKING:
     from .state import PartitionState
@@ -200,7 +201,7 @@ class Stream:
             if left is not None and left <= 0:
                 raise StopAsyncIteration
             try:
-                await asyncio.wait_for(self._ready.wait(), left)
+                await wait_for(self._ready.wait(), left)
             except asyncio.TimeoutError:
                 raise StopAsyncIteration from None
 

@@ -41,6 +41,7 @@ from ..errors import ZooKeeperError
 from ..pool import ConnectionPool
 from ..records import TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
+from ..timeouts import wait_for
 from ..znodes import (
     BROKER_IDS,
     BROKER_TOPICS,
@@ -340,7 +341,7 @@ class ClusterMonitor:
         happened."""
         self._refreshed.clear()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._refreshed.wait(), timeout)
+            await wait_for(self._refreshed.wait(), timeout)
         return self._refreshed.is_set()
 
     # -- the refresher ----------------------------------------------------------------
@@ -356,7 +357,7 @@ class ClusterMonitor:
                     continue
             self._changed.clear()
             try:
-                await asyncio.wait_for(self.refresh(), self.refresh_timeout_ms / 1000)
+                await wait_for(self.refresh(), self.refresh_timeout_ms / 1000)
             except asyncio.TimeoutError:
                 self._failed("timeout", f"a refresh took over {self.refresh_timeout_ms} ms")
                 await asyncio.sleep(backoff.failed())
@@ -382,7 +383,7 @@ class ClusterMonitor:
             if left <= 0:
                 return
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, _CONNECTION_CHECK))
+                await wait_for(self._changed.wait(), min(left, _CONNECTION_CHECK))
 
     def _failed(self, kind: str, message: str) -> None:
         if not self.stale:

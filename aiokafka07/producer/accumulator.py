@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ProducerClosedError
+from ..timeouts import wait_for
 from .batch import Batch, Route, _accelerated
 
 __all__ = ["Accumulator", "BrokerQueue", "HotPath"]
@@ -401,7 +402,7 @@ class Accumulator:
         if self.messages == 0:
             return True
         try:
-            await asyncio.wait_for(self._drained.wait(), timeout)
+            await wait_for(self._drained.wait(), timeout)
         except asyncio.TimeoutError:
             return False
         return True

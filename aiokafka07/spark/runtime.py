@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from ..cluster import Cluster, cluster_from
 from ..pool import ConnectionPool
+from ..timeouts import wait_for
 from ..zookeeper import ZooKeeper
 
 __all__ = ["WorkerRuntime"]
@@ -133,7 +134,7 @@ class WorkerRuntime:
             ]
             for resource in resources:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(resource.close(), 2)
+                    await wait_for(resource.close(), 2)
             # Whatever a vanished server left waiting must not outlive the loop.
             others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in others:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..connection import BrokerAddress
+from ..timeouts import wait_for
 from ..validation import check_ms
 
 __all__ = ["BrokerStartError", "start_broker_process", "stop_broker_process"]
@@ -78,7 +79,7 @@ async def start_broker_process(
             os.close(stderr)
     assert process.stdout is not None
     try:
-        line = await asyncio.wait_for(process.stdout.readline(), limit_ms / 1000)
+        line = await wait_for(process.stdout.readline(), limit_ms / 1000)
     except asyncio.TimeoutError:
         line = b""
     except BaseException:  # cancelled: the caller never learns of this process
@@ -108,7 +109,7 @@ async def stop_broker_process(
     if process.stdin is not None and not process.stdin.is_closing():
         process.stdin.close()
     try:
-        return await asyncio.wait_for(process.wait(), limit_ms / 1000)
+        return await wait_for(process.wait(), limit_ms / 1000)
     except asyncio.TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             process.kill()

@@ -37,6 +37,7 @@ import zipfile
 from pathlib import Path
 from types import TracebackType
 
+from ..timeouts import wait_for
 from ..validation import check_ms
 from ..zookeeper import parse_connect_string, parse_server
 
@@ -688,7 +689,7 @@ async def expire_session(
     limit_ms = check_ms("expire_session", "timeout_ms", timeout_ms, timeout, above=True)
     host, port = _first_server(connect_string)
     try:
-        await asyncio.wait_for(_expire(host, port, session_id, bytes(password)), limit_ms / 1000)
+        await wait_for(_expire(host, port, session_id, bytes(password)), limit_ms / 1000)
     except asyncio.TimeoutError as exc:
         raise TimeoutError(
             f"expiring session 0x{session_id:x} at {host}:{port} took over {limit_ms:g} ms"

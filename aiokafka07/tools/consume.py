@@ -44,6 +44,7 @@ from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST
 from ..records import ConsumerRecord, TopicPartition
 from ..simple import SimpleConsumer
+from ..timeouts import wait_for
 from ..znodes import GroupRegistry
 from ..zookeeper import ZooKeeper
 from .common import (
@@ -421,7 +422,7 @@ async def _simple(args: argparse.Namespace, output: Output, progress: Progress) 
         async def next_batch(timeout: float | None, limit: int | None) -> list[ConsumerRecord]:
             if not pending:
                 try:
-                    item = await asyncio.wait_for(queue.get(), timeout)
+                    item = await wait_for(queue.get(), timeout)
                 except asyncio.TimeoutError:
                     return []
                 if isinstance(item, BaseException):
