@@ -36,6 +36,18 @@ async def _cancelled_as_the_work_ends(waiter: WaitFor) -> bool:
     return task.cancelled() and not went_on.is_set()
 
 
+def _slow(ended: asyncio.Event) -> Awaitable[None]:
+    """Ten seconds of sleep that sets ``ended`` however it ends."""
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            ended.set()
+
+    return slow()
+
+
 async def test_a_cancellation_as_the_work_ends_is_never_lost() -> None:
     for _ in range(20):
         assert await _cancelled_as_the_work_ends(wait_for)
@@ -53,17 +65,10 @@ async def test_result_timeout_and_cancellation_of_the_work() -> None:
     assert await wait_for(asyncio.sleep(0, "no bound"), None) == "no bound"
 
     ended = asyncio.Event()
-
-    async def slow() -> None:
-        try:
-            await asyncio.sleep(10)
-        finally:
-            ended.set()
-
     loop = asyncio.get_running_loop()
     started = loop.time()
     with pytest.raises(asyncio.TimeoutError):
-        await wait_for(slow(), 0.05)
+        await wait_for(_slow(ended), 0.05)
     assert loop.time() - started < 2
     assert ended.is_set()  # cancelled and awaited before the timeout is raised
 
@@ -81,14 +86,7 @@ async def test_result_timeout_and_cancellation_of_the_work() -> None:
 
 async def test_cancelling_the_caller_cancels_the_work() -> None:
     ended = asyncio.Event()
-
-    async def slow() -> None:
-        try:
-            await asyncio.sleep(10)
-        finally:
-            ended.set()
-
-    task = asyncio.ensure_future(wait_for(slow(), 10))
+    task = asyncio.ensure_future(wait_for(_slow(ended), 10))
     await asyncio.sleep(0.01)
     task.cancel()
     await asyncio.wait({task}, timeout=5)
