@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .connection import BrokerAddress
+from .errors import ProducerClosedError
 from .group import Consumer
 from .pool import ConnectionPool
 from .producer import Producer
@@ -181,9 +182,19 @@ async def produce(
 
     async def one(producer: Producer, share: list[tuple[str, bytes]]) -> None:
         async with producer:
-            for user, value in share:
-                await producer.send(TOPIC, value, key=user)
-            await producer.flush()
+            try:
+                for user, value in share:
+                    await producer.send(TOPIC, value, key=user)
+                await producer.flush()
+            except asyncio.CancelledError:
+                # Ctrl-C stops the brokers with the demo (one process group), so what is
+                # still buffered may find none left: not an error of its own, since the
+                # demo's one line says it was interrupted and its data is removed.
+                try:
+                    await producer.close()
+                except ProducerClosedError as exc:
+                    log.debug("closing a producer of the interrupted demo: %s", exc)
+                raise
 
     def delivered() -> int:
         return sum(p.metrics.messages_sent for p in producers)
