@@ -164,6 +164,10 @@ def page_of(value: bytes) -> str:
     return value.split(b"|", 2)[1].decode()
 
 
+#: How long an interrupted produce stage lets each producer deliver what it holds.
+INTERRUPTED_CLOSE_MS = 5000
+
+
 async def produce(
     cluster: LocalCluster, views: list[tuple[str, bytes]], report: Report, live: bool
 ) -> int:
@@ -189,9 +193,10 @@ async def produce(
             except asyncio.CancelledError:
                 # Ctrl-C stops the brokers with the demo (one process group), so what is
                 # still buffered may find none left: not an error of its own, since the
-                # demo's one line says it was interrupted and its data is removed.
+                # demo's one line says it was interrupted and its data is removed. Bounded:
+                # an interrupted demo stops within seconds whatever its brokers do.
                 try:
-                    await producer.close()
+                    await producer.close(timeout_ms=INTERRUPTED_CLOSE_MS)
                 except ProducerClosedError as exc:
                     log.debug("closing a producer of the interrupted demo: %s", exc)
                 raise
