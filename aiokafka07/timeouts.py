@@ -23,21 +23,19 @@ __all__ = ["wait_for"]
 
 T = TypeVar("T")
 
+_CONTRACT = """Await ``aw`` for at most ``timeout`` seconds (None: no bound) and return its
+result, or cancel it (and wait for its end) and raise :class:`TimeoutError`. A
+cancellation of the caller always raises ``CancelledError``."""
+
 if sys.version_info >= (3, 11):
 
     async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
-        """Await ``aw`` for at most ``timeout`` seconds (None: no bound) and return its
-        result, or cancel it (and wait for its end) and raise :class:`TimeoutError`.
-        A cancellation of the caller always raises ``CancelledError``."""
         async with asyncio.timeout(timeout):
             return await aw
 
 else:  # pragma: no cover - Python 3.10 (run by CI's fast-3.10 session)
 
     async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
-        """Await ``aw`` for at most ``timeout`` seconds (None: no bound) and return its
-        result, or cancel it (and wait for its end) and raise :class:`TimeoutError`.
-        A cancellation of the caller always raises ``CancelledError``."""
         work = asyncio.ensure_future(aw)
         if timeout is None:
             return await work
@@ -60,3 +58,6 @@ else:  # pragma: no cover - Python 3.10 (run by CI's fast-3.10 session)
             raise
         finally:
             timer.cancel()
+
+
+wait_for.__doc__ = _CONTRACT  # one contract, whichever body this Python runs
