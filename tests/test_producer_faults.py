@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
+import socket
 import struct
 import time
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from aiokafka07.errors import (
     InvalidPartitionError,
+    KafkaConnectionError,
     KafkaError,
     ProduceNotConfirmedError,
     ProducerClosedError,
@@ -207,6 +209,41 @@ async def test_close_during_retries_fails_them_with_their_cause() -> None:
         exc = future.exception()
         assert isinstance(exc, ProduceNotConfirmedError)
         assert str(exc) in str(failed)
+
+
+@pytest.mark.parametrize("ending", ["flush", "close"])
+async def test_batches_queued_for_a_broker_gone_end_within_their_retries(ending: str) -> None:
+    """A static producer's only broker is gone (its port refuses connections) with tens
+    of batches queued for it, one request each: every message fails within its one
+    retry, whether ``flush()`` or a ``close()`` without a timeout waits for them. The
+    sender used to try one request's worth per backoff of its own (up to 5 s), so the
+    batches' attempts took their turns: minutes, for a close too."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        port = sock.getsockname()[1]
+        producer = Producer(
+            brokers=f"0:127.0.0.1:{port}",
+            batch_size=10,
+            max_request_bytes=1,  # one batch per request
+            retries=1,
+            retry_backoff_ms=100,
+            linger_ms=0,
+        )
+        await producer.start()
+        futures = [await producer.send("t", b"m%03d" % i, partition=(0, 0)) for i in range(400)]
+        started = time.monotonic()
+        if ending == "flush":
+            assert await outcome(producer.flush(), 60) is None
+        else:
+            assert isinstance(await outcome(producer.close(), 60), ProducerClosedError)
+        took = time.monotonic() - started
+        await outcome(producer.close(), 10)
+    # Idle: about 0.5 s (flush) and 0.2 s (close); the bound is for a loaded machine.
+    assert took < 10, took
+    for future in futures:
+        assert isinstance(future.exception(), KafkaConnectionError)
+    assert producer.metrics.messages_failed == 400
+    assert producer.metrics.queued_messages == 0
 
 
 async def test_the_block_exception_is_never_hidden_by_close(kafka_cluster: Any) -> None:

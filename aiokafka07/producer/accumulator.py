@@ -373,6 +373,16 @@ class Accumulator:
             finally:
                 timer.cancel()
 
+    def take_ready(self, broker_id: int) -> list[Batch]:
+        """Every batch ready for ``broker_id``, taken at once (its sender found the
+        broker unreachable: they would all fail the same way)."""
+        queue = self.queues.get(broker_id)
+        if queue is None:
+            return []
+        ready = list(queue.ready)
+        queue.ready.clear()
+        return ready
+
     # -- the end ---------------------------------------------------------------------
 
     def batches(self) -> Iterator[Batch]:

@@ -19,7 +19,10 @@ Every outcome is classified, in one place (:meth:`Sender.settle`):
   refusal (a request, or a connection end with other requests on it, that the broker
   closed the connection on) goes alone once, so that one bad entry cannot take the
   others down twice; every other retry is batched with the rest again (a broker that
-  was down is no reason to send its batches one by one);
+  was down is no reason to send its batches one by one). A broker that cannot be
+  reached fails every batch ready for it at once, one attempt each; its sender then
+  waits a backoff of its own before the next request (new messages fill whole batches
+  meanwhile), except once the producer is closing;
 * **fail**: anything else, with the error as the cause. An error that is not a
   :class:`~aiokafka07.errors.KafkaError` (a bug) is logged once with its traceback.
 
@@ -157,6 +160,7 @@ class Sender:
         # behind a refused one would be lost with it.
         await self._wait_for_slot(broker_id, 1 if isolated else self.max_in_flight)
         address = self.cluster.brokers.get(broker_id)
+        conn = None
         try:
             if address is None:
                 raise KafkaConnectionError(f"broker {broker_id} is not in the cluster")
@@ -166,7 +170,15 @@ class Sender:
                 await conn.prepare_confirm(frame)  # for partition -1: learns the count
             future = conn.submit_produce(frame, confirm=self.confirm)
         except Exception as exc:
+            self._taken.pop(broker_id, None)
+            if conn is None and isinstance(exc, KafkaConnectionError):
+                # The broker cannot be reached: every batch ready for it counts this
+                # attempt now. One request's worth per backoff below made a queue of n
+                # batches take n times their retries to end (minutes, for a close).
+                batches = [*batches, *self.accumulator.take_ready(broker_id)]
             self.settle(broker_id, batches, exc)
+            if self.accumulator.closing:
+                return  # nothing new to wait for: the retries keep their own pace
             # Not again at once: meanwhile new messages fill whole batches, instead of
             # a batch per linger going round the retries while the broker is away.
             unreachable = self._unreachable.setdefault(
@@ -254,8 +266,10 @@ class Sender:
             for batch in batches:
                 if retriable:
                     # Only a refusal may be one entry's fault: then each goes alone (and
-                    # the one refused alone again stays alone).
-                    batch.isolated = refused and (len(batches) > 1 or batch.isolated or shared)
+                    # the one refused alone again stays alone). Any other failure says
+                    # nothing of the entries and leaves them as they were.
+                    if refused:
+                        batch.isolated = len(batches) > 1 or batch.isolated or shared
                     self.retry(batch, exc)
                 else:
                     self.outcomes.fail(batch, exc)
