@@ -128,6 +128,9 @@ def parse_connect_string(connect: str) -> tuple[str, str | None]:
 #: Seconds between rounds of connection attempts while no ZooKeeper server answers: the
 #: first delay and the cap (jittered): about what the Java client waits (0 to 1 s).
 RECONNECT_BACKOFF = (0.1, 0.5)
+#: How long ``close()`` lets a session that is not connected reconnect, to close it
+#: politely, before giving it up (seconds; a little over the reconnection backoff's cap).
+CLOSE_RECONNECT_GRACE = 1.0
 #: Seconds one connection attempt (TCP connect, ``srvr`` handshake, connect) may take.
 CONNECT_TIMEOUT = 2.0
 
@@ -210,8 +213,23 @@ class _Session(aiozk.session.Session):  # type: ignore[misc]
         task.add_done_callback(_log_close_failure)
 
 
+async def _until_connected(client: Any, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until the client's session is connected (at once
+    if it is); whether it is."""
+    state = client.session.state
+    if state != States.CONNECTED:
+        waiting = state.wait_for(States.CONNECTED)
+        try:
+            await asyncio.wait({waiting}, timeout=timeout)
+        finally:
+            state.futures[States.CONNECTED].discard(waiting)
+            waiting.cancel()
+    return bool(client.session.state == States.CONNECTED)
+
+
 async def _abandon(client: Any) -> None:
-    """Close a client whose session never opened, leaving none of its tasks behind.
+    """Close a client whose session never opened or is not connected, leaving none of
+    its tasks behind.
 
     aiozk's ``close()`` waits for a connected state to send its close request, so it is
     cut short after a second; its repair loop (cancelled by it, and ending by itself once
@@ -337,7 +355,9 @@ class ZooKeeper:
         log.info("ZooKeeper session %#x open at %s", client.session.session_id, self.connect)
 
     async def close(self) -> None:
-        """Close the session (ZooKeeper then deletes its ephemeral nodes)."""
+        """Close the session (ZooKeeper then deletes its ephemeral nodes). A session not
+        connected gets :data:`CLOSE_RECONNECT_GRACE` to reconnect; if it does not, it is
+        given up, and the server expires it (and its ephemeral nodes) after its timeout."""
         supervisor, self._supervisor = self._supervisor, None
         if supervisor is not None:
             await supervisor.aclose()  # before the client goes: the monitor reads it
@@ -345,6 +365,19 @@ class ZooKeeper:
         self._watch_wrappers.clear()  # registered with this client only
         if client is not None:
             session_id = client.session.session_id or 0
+            # aiozk's close() stops looking for a server, then waits for a connection to
+            # send its close request: a session not connected now would wait its whole
+            # timeout for nothing. A moment to reconnect first (ZooKeeper may just be
+            # back), else it is given up; the server expires it after its timeout, and
+            # its ephemeral nodes with it.
+            if not await _until_connected(client, CLOSE_RECONNECT_GRACE):
+                await _abandon(client)
+                log.info(
+                    "ZooKeeper session %#x given up at close: not connected (the server "
+                    "expires it)",
+                    session_id,
+                )
+                return
             try:
                 await wait_for(client.close(), self.session_timeout_ms / 1000)
             except Exception as exc:  # an unreachable server: the session expires by itself
@@ -358,15 +391,7 @@ class ZooKeeper:
         client = self._client
         if client is None:
             return False
-        state = client.session.state
-        if state != States.CONNECTED:
-            waiting = state.wait_for(States.CONNECTED)
-            try:
-                await asyncio.wait({waiting}, timeout=timeout)
-            finally:
-                state.futures[States.CONNECTED].discard(waiting)
-                waiting.cancel()
-        return self.connected
+        return await _until_connected(client, timeout) and self.connected
 
     def add_session_listener(self, listener: SessionListener) -> None:
         """Call ``listener()`` after a new session replaced an expired one."""

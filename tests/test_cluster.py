@@ -469,6 +469,41 @@ async def test_server_restart_and_outage() -> None:
         await asyncio.to_thread(server.close)
 
 
+async def test_a_session_closed_while_disconnected_is_given_up_within_seconds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ZooKeeper gone: ``close()`` gives the session a moment to reconnect, then gives it
+    up (the server expires it) and leaves no task. aiozk's own close stops looking for a
+    server and then waits for a connection to send its close request: it waited the whole
+    session timeout (10 s here) and ended in a TimeoutError, logged as a warning."""
+    caplog.set_level(logging.INFO, logger="aiokafka07.zookeeper")
+    server = ZooKeeperServer()
+    await asyncio.to_thread(server.start)
+    try:
+        before = asyncio.all_tasks()
+        zk = ZooKeeper(server.connect_string, session_timeout_ms=10_000, connection_timeout_ms=500)
+        await zk.start()
+        await asyncio.to_thread(server.stop)
+        for _ in range(int(WAIT / 0.05)):  # aiozk may take a while to notice
+            if not zk.connected:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the connection loss went unnoticed")
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(zk.close(), 30)
+        took = asyncio.get_running_loop().time() - started
+        for _ in range(20):  # aiozk finishes its cancelled tasks a few iterations later
+            await asyncio.sleep(0.01)
+        assert asyncio.all_tasks() - before == set()
+    finally:
+        await asyncio.to_thread(server.close)
+    assert took < 5, took  # the grace (1 s) and aiozk's cut-short close (1 s); loaded
+    ours = [r for r in caplog.records if r.name.startswith("aiokafka07")]
+    assert not [r.getMessage() for r in ours if r.levelno >= logging.WARNING]
+    assert any("given up at close" in r.getMessage() for r in ours)
+
+
 # -- lifecycle -----------------------------------------------------------------------
 
 
