@@ -365,11 +365,7 @@ class ZooKeeper:
         self._watch_wrappers.clear()  # registered with this client only
         if client is not None:
             session_id = client.session.session_id or 0
-            # aiozk's close() stops looking for a server, then waits for a connection to
-            # send its close request: a session not connected now would wait its whole
-            # timeout for nothing. A moment to reconnect first (ZooKeeper may just be
-            # back), else it is given up; the server expires it after its timeout, and
-            # its ephemeral nodes with it.
+            # (aiozk's close would wait its whole timeout for a connection: see _abandon.)
             if not await _until_connected(client, CLOSE_RECONNECT_GRACE):
                 await _abandon(client)
                 log.info(

@@ -424,6 +424,16 @@ async def write_persistent(connect: str, nodes: dict[str, str]) -> None:
             await zk.client.create(path, data=data)
 
 
+async def until_disconnected(zk: ZooKeeper) -> None:
+    """Wait until the session notices its server is gone (aiozk may take a session
+    timeout to notice)."""
+    for _ in range(int(WAIT / 0.05)):
+        if not zk.connected:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the connection loss went unnoticed")
+
+
 async def test_server_restart_and_outage() -> None:
     server = ZooKeeperServer()
     await asyncio.to_thread(server.start)
@@ -447,12 +457,7 @@ async def test_server_restart_and_outage() -> None:
 
             # A long outage: the last view is served and a refresh fails cleanly.
             await asyncio.to_thread(server.stop)
-            for _ in range(int(WAIT / 0.05)):  # aiozk may take a session timeout to notice
-                if not cl.zookeeper.connected:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the connection loss went unnoticed")
+            await until_disconnected(cl.zookeeper)
             view = cl.brokers
             assert view.keys() == {1, 2}
             with pytest.raises(ZooKeeperError, match="last known view"):
@@ -484,12 +489,7 @@ async def test_a_session_closed_while_disconnected_is_given_up_within_seconds(
         zk = ZooKeeper(server.connect_string, session_timeout_ms=10_000, connection_timeout_ms=500)
         await zk.start()
         await asyncio.to_thread(server.stop)
-        for _ in range(int(WAIT / 0.05)):  # aiozk may take a while to notice
-            if not zk.connected:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the connection loss went unnoticed")
+        await until_disconnected(zk)
         started = asyncio.get_running_loop().time()
         await asyncio.wait_for(zk.close(), 30)
         took = asyncio.get_running_loop().time() - started
