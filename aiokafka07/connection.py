@@ -7,6 +7,10 @@ frame splitting and the bound on each answer's size. This module adds what needs
 
 * requests queued in the same event-loop iteration go out together (at most two calls
   on the transport);
+* a large answer (a fetch) is read without a copy: once its size is in and checked,
+  the rest of it goes from the socket straight into its own buffer, where the fetches
+  decode it (an ``asyncio.BufferedProtocol``); small answers, and the start of a large
+  one, are read into a buffer of the connection's;
 * **flow control**: what waits for the socket (queued here, or in the transport's buffer)
   stays within ``max_unsent_bytes``, for any number of callers. A call whose frame does
   not fit waits for room *before* its frame is queued, in line: first come, first served,
@@ -84,6 +88,9 @@ T = TypeVar("T")
 MAX_MESSAGE_SIZE = 1000000
 #: Bytes a connection lets wait for the socket before its callers wait (flow control).
 DEFAULT_MAX_UNSENT_BYTES = 4 << 20
+#: The most a read takes into the connection's own buffer: small answers, and the start
+#: of a large one (the rest of which is read in place, into the answer's own buffer).
+READ_SIZE = 1 << 16
 #: The connection options that took seconds, deprecated names of their ``*_ms`` versions
 #: (for one release), for code passing connection options on (e.g. the pool).
 RENAMED_TIMEOUTS = ("connect_timeout", "request_timeout")
@@ -161,7 +168,7 @@ class _Turn:
         return not self.dropped and (self.keep or not self.future.done())
 
 
-class BrokerConnection(asyncio.Protocol):
+class BrokerConnection(asyncio.BufferedProtocol):
     """A pipelined connection to one broker. Open it with :meth:`open` (or ``async with``).
 
     Durations are milliseconds. ``connect_timeout_ms`` bounds each connection attempt
@@ -202,6 +209,10 @@ class BrokerConnection(asyncio.Protocol):
         self.max_message_size = check_int("max_message_size", max_message_size, minimum=1)
         self.max_unsent_bytes = check_int("max_unsent_bytes", max_unsent_bytes, minimum=1)
         self._conversation: Conversation[asyncio.Future[Any]] = Conversation()
+        # Reads land in the rest of the large answer being received (in place, no copy)
+        # or here; whether the last buffer handed out was the answer's.
+        self._scratch = memoryview(bytearray(READ_SIZE))
+        self._reading_in_place = False
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
         # Calls waiting for room to queue their frames, first come first served.
@@ -324,9 +335,26 @@ class BrokerConnection(asyncio.Protocol):
             if self.receive_buffer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        view = self._conversation.reserve()
+        self._reading_in_place = view is not None
+        return view if view is not None else self._scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._reading_in_place:
+            self._deliver(self._conversation.received_into, nbytes)
+        else:
+            self._deliver(self._conversation.receive_data, self._scratch[:nbytes])
+
     def data_received(self, data: bytes) -> None:
+        """Bytes from the broker (what an ``asyncio.Protocol`` gets; the transport calls
+        :meth:`get_buffer` and :meth:`buffer_updated` instead)."""
+        self._deliver(self._conversation.receive_data, data)
+
+    def _deliver(self, receive: Callable[[Any], list[tuple[Any, Any]]], received: Any) -> None:
+        """Hand what was read to the conversation; resolve the answers it completes."""
         try:
-            answers = self._conversation.receive_data(data)
+            answers = receive(received)
         except ProtocolError as exc:
             for future, body in exc.decoded or ():
                 self._resolve(future, body)
@@ -567,18 +595,24 @@ class BrokerConnection(asyncio.Protocol):
         :func:`~aiokafka07.protocol.conversation.answer_limit`); a larger one is a
         :class:`~aiokafka07.errors.MalformedFrameError` and closes the connection.
         """
+        body = await self._exchange(frame)
+        return body if type(body) is bytes else bytes(body)
+
+    async def _exchange(self, frame: bytes) -> bytes | bytearray:
+        """:meth:`request`, whose answer is left as it was read: a large one is the
+        ``bytearray`` it was read into in place (the fetches decode it where it lies)."""
         self._check_open()
         size = self._conversation.request_size(frame)
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
         self._submit(size, functools.partial(self._queue_request, frame, future), future)
         return await self._answer(future)
 
-    def _request_now(self, frame: bytes) -> asyncio.Future[bytes]:
+    def _request_now(self, frame: bytes) -> asyncio.Future[bytes | bytearray]:
         """Queue a request at once, outside the line (the confirm ledger's OFFSETS and
         FETCH probes: a few dozen bytes each, ordered against the produces they check,
         which take their places in line); its answer's future is bounded by the request
         timeout."""
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
         self._queue_request(frame, future)
         return future
 
@@ -590,7 +624,7 @@ class BrokerConnection(asyncio.Protocol):
         self._queued()
         return written
 
-    def _queue_request(self, frame: bytes, future: asyncio.Future[bytes]) -> None:
+    def _queue_request(self, frame: bytes, future: asyncio.Future[bytes | bytearray]) -> None:
         self._watch(future, self._conversation.send_request(frame, future))
         self._queued()
 
@@ -673,7 +707,7 @@ class BrokerConnection(asyncio.Protocol):
         self._check_open()
         await self._confirmer.prepare(frame)
 
-    def _resolve(self, future: asyncio.Future[Any], body: bytes) -> None:
+    def _resolve(self, future: asyncio.Future[Any], body: bytes | bytearray) -> None:
         """An answer arrived for ``future``."""
         if not future.done():  # else cancelled after it was written: the answer is dropped
             future.set_result(body)
@@ -685,19 +719,19 @@ class BrokerConnection(asyncio.Protocol):
 
     async def fetch(self, topic: str, partition: int, offset: int, max_size: int) -> FetchResponse:
         """FETCH: raw message-set bytes (check ``error_code``; decode with ``.decode``)."""
-        frame = await self.request(encode_fetch_request(topic, partition, offset, max_size))
+        frame = await self._exchange(encode_fetch_request(topic, partition, offset, max_size))
         return decode_fetch_response(frame)
 
     async def multifetch(self, fetches: Sequence[FetchRequest]) -> MultiFetchResponse:
         """MULTIFETCH: one response per fetch, in order."""
-        frame = await self.request(encode_multifetch_request(fetches))
+        frame = await self._exchange(encode_multifetch_request(fetches))
         return decode_multifetch_response(frame, count=len(fetches))
 
     async def offsets(
         self, topic: str, partition: int, time: int, max_offsets: int = 1
     ) -> tuple[int, ...]:
         """OFFSETS: offsets before ``time`` (LATEST / EARLIEST / ms), newest first."""
-        frame = await self.request(encode_offsets_request(topic, partition, time, max_offsets))
+        frame = await self._exchange(encode_offsets_request(topic, partition, time, max_offsets))
         response = decode_offsets_response(frame)
         return response.offsets
 

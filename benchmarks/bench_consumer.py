@@ -7,10 +7,11 @@ The embedded broker runs in its own process (one core); the consumer measured ru
 * **Iteration.** A backlog of ``--messages`` 100-byte uncompressed messages (one
   partition, produced beforehand) read four ways, interleaved, ``--reps`` times (>= 5).
   Two floors, each the cheapest honest client doing the same work, with no component of
-  aiokafka07's beyond the codec (``common.RawFetcher``): a bare asyncio stream
-  (``asyncio.open_connection``) writing a MULTIFETCH of ``fetch_size`` as soon as the
-  answer before it is decoded with the same C decoder (``decode_messages_into``, CRCs
-  checked), reading each answer by its size prefix with ``readexactly``. The **raw
+  aiokafka07's beyond the codec (``common.RawFetcher``): a bare asyncio connection
+  writing a MULTIFETCH of ``fetch_size`` as soon as the answer before it is decoded with
+  the same C decoder (``decode_messages_into``, CRCs checked), reading each answer by
+  its size prefix straight into one buffer of its size (an ``asyncio.BufferedProtocol``:
+  no stream buffer, no copy). The **raw
   floor** counts each decoded list (the work of ``consumer.batches()``, one result per
   fetch); the **raw generator floor** is that client as an async generator yielding one
   record at a time (the work of ``async for record in consumer.messages(...)``), every

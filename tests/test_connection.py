@@ -18,7 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiokafka07.connection import BrokerAddress, BrokerConnection, check_message_sizes
+from aiokafka07.connection import (
+    READ_SIZE,
+    BrokerAddress,
+    BrokerConnection,
+    check_message_sizes,
+)
 from aiokafka07.errors import (
     InvalidMessageError,
     InvalidMessageSizeError,
@@ -38,7 +43,10 @@ from aiokafka07.protocol import (
     LATEST,
     FetchRequest,
     FetchResponse,
+    FrameSplitter,
+    decode_fetch_response,
     decode_message_set,
+    encode_fetch_request,
     encode_fetch_response,
     encode_message_set,
     encode_multifetch_response,
@@ -174,6 +182,30 @@ async def test_many_tasks_pipelining_large_responses_split_over_many_reads(
 
     await bounded(asyncio.gather(*(worker(w) for w in range(20))))
     assert conn.requests_sent == 1 + 2 + 20 * 15  # the produce and its two probes
+    await conn.close()
+
+
+async def test_a_large_answer_is_read_in_place_and_request_still_returns_bytes(
+    cluster: KafkaCluster,
+) -> None:
+    """A fetch answer over FrameSplitter.COLLECT_FROM is read straight into its own
+    buffer (the decoded set is a view of the bytearray the socket wrote into, with no
+    copy); ``request()`` keeps returning ``bytes``; small answers are bytes as before."""
+    conn = await connect(cluster)
+    payloads = [bytes([i % 251]) * 1000 for i in range(300)]  # ~300 KB
+    await conn.produce("inplace", 0, payloads, confirm=True)
+    size = len(encode_message_set(payloads))
+    assert size > FrameSplitter.COLLECT_FROM + READ_SIZE
+
+    large = await conn.fetch("inplace", 0, 0, size)
+    assert type(large.message_set.obj) is bytearray
+    assert values(large, 0) == payloads
+    small = await conn.fetch("inplace", 0, 0, entry_size(1000))
+    assert type(small.message_set.obj) is bytes
+    assert values(small, 0) == payloads[:1]
+    body = await conn.request(encode_fetch_request("inplace", 0, 0, size))
+    assert type(body) is bytes
+    assert values(decode_fetch_response(body), 0) == payloads
     await conn.close()
 
 

@@ -524,18 +524,42 @@ def test_splitter_on_garbage_gives_frames_or_a_typed_error(
     assert splitter.buffered <= len(data)
 
 
+def _read(splitter: FrameSplitter, chunk: bytes, in_place: bool) -> tuple[int, list[Any]]:
+    """One read as a connection does it: into the view ``reserve()`` offers when asked to
+    read in place and there is one (at most its length), else handed to ``receive()``;
+    then every frame completed. The bytes taken, and the frames."""
+    view = splitter.reserve() if in_place else None
+    if view is not None:
+        taken = min(len(chunk), len(view))
+        view[:taken] = chunk[:taken]
+        splitter.received_into(taken)
+    else:
+        taken = len(chunk)
+        splitter.receive(chunk)
+    frames = []
+    try:
+        while (body := splitter.next_frame()) is not None:
+            frames.append(body)
+    except MalformedFrameError as exc:
+        exc.decoded = frames
+        raise
+    return taken, frames
+
+
 @given(
     st.lists(st.sampled_from([2, 3, 100, 65_535, 65_536, 70_000, 200_000]), max_size=6),
     st.lists(st.integers(1, 100_000), min_size=1, max_size=20),
+    st.booleans(),
     st.booleans(),
 )
 # Fewer examples than the profile's: each may feed a megabyte in chunks of a few bytes.
 @settings(max_examples=min(50, settings.default.max_examples))
 def test_splitter_collects_large_frames_the_same_however_bytes_arrive(
-    sizes: list[int], chunk_sizes: list[int], bad_tail: bool
+    sizes: list[int], chunk_sizes: list[int], bad_tail: bool, in_place: bool
 ) -> None:
-    """Large bodies are collected as chunks (FrameSplitter.COLLECT_FROM): the frames,
-    ``buffered`` and the stream position of a bad frame after them are as for small ones."""
+    """Large bodies are collected as chunks (FrameSplitter.COLLECT_FROM), or read in place
+    (``reserve``): the frames, ``buffered`` and the stream position of a bad frame after
+    them are as for small ones; a body read in place is the bytearray it was read into."""
     frames = [len(body).to_bytes(4, "big") + body for body in (bytes([n % 251]) * n for n in sizes)]
     stream = b"".join(frames)
     tail = (3 << 20).to_bytes(4, "big") if bad_tail else b""  # over max_size
@@ -549,14 +573,17 @@ def test_splitter_collects_large_frames_the_same_however_bytes_arrive(
         while pos < len(data):
             chunk = data[pos : pos + chunk_sizes[i % len(chunk_sizes)]]
             try:
-                got += splitter.feed(chunk)
+                taken, completed = _read(splitter, chunk, in_place)
             except MalformedFrameError as exc:
                 got += exc.decoded
                 raise
-            pos += len(chunk)
+            got += completed
+            pos += taken
             i += 1
             assert splitter.buffered == pos - sum(len(f) + 4 for f in got)
     assert got == [f[4:] for f in frames]
+    small = [body for body in got if len(body) < FrameSplitter.COLLECT_FROM]
+    assert all(type(body) is bytes for body in (got if not in_place else small))
     if bad_tail:
         assert error.value.position == len(stream)
     else:

@@ -248,6 +248,57 @@ def test_splitter_reports_the_pending_frame_size() -> None:
     assert splitter.pending_size == 8
 
 
+def test_splitter_reads_a_large_body_in_place_once_its_size_is_checked() -> None:
+    """``reserve()`` offers nothing until a large frame's size is in and checked; then the
+    rest of its body, which reads fill in place (what arrived before is copied in once);
+    the frame comes out as that bytearray, and reading goes back to ``receive()``."""
+    body = bytes(range(256)) * 400  # 102,400 bytes: over COLLECT_FROM
+    stream = len(body).to_bytes(4, "big") + body + encode_offsets_response([7])
+    splitter = FrameSplitter(max_size=1 << 20)
+    assert splitter.reserve() is None
+    splitter.receive(stream[:1000])
+    assert splitter.reserve() is None  # the size is in, but not checked yet
+    assert splitter.next_frame() is None  # checked: collecting
+    view = splitter.reserve()
+    assert view is not None
+    assert len(view) == len(body) - 996
+    view[:50_000] = stream[1000:51_000]
+    splitter.received_into(50_000)
+    assert splitter.next_frame() is None
+    assert splitter.buffered == 51_000
+    rest = splitter.reserve()
+    assert rest is not None
+    assert len(rest) == 4 + len(body) - 51_000
+    rest[:] = stream[51_000 : 4 + len(body)]
+    with pytest.raises(ValueError, match="received_into"):
+        splitter.received_into(len(rest) + 1)  # more than was offered
+    splitter.received_into(len(rest))
+    frame = splitter.next_frame()
+    assert type(frame) is bytearray
+    assert frame == body
+    assert splitter.reserve() is None
+    splitter.receive(stream[4 + len(body) :])
+    assert splitter.next_frame() == encode_offsets_response([7])[4:]
+    assert splitter.buffered == 0
+
+
+def test_splitter_reserves_nothing_for_a_size_over_its_bound() -> None:
+    splitter = FrameSplitter(max_size=100_000)
+    splitter.receive((100_001).to_bytes(4, "big") + b"\x00\x00")
+    with pytest.raises(MalformedFrameError):
+        splitter.next_frame()
+    with pytest.raises(MalformedFrameError):
+        splitter.reserve()  # poisoned: nothing is allocated for it
+    with pytest.raises(MalformedFrameError):
+        splitter.received_into(0)
+
+
+def test_received_into_needs_a_reserve() -> None:
+    splitter = FrameSplitter()
+    with pytest.raises(ValueError, match="received_into"):
+        splitter.received_into(1)
+
+
 @pytest.mark.parametrize("size", [0, 1, -5, 200_000_000])
 def test_splitter_refuses_bad_sizes_and_stays_failed(size: int) -> None:
     splitter = FrameSplitter(min_size=2, max_size=104857600)

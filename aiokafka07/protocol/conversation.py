@@ -38,9 +38,10 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..errors import InvalidPartitionError, MalformedFrameError, ProtocolError
+from .messages import BytesLike
 from .requests import LATEST, RequestType, encode_offsets_request
 from .responses import FrameSplitter
 
@@ -370,7 +371,7 @@ class Conversation(Generic[T]):
 
     # -- receiving -----------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> list[tuple[T, bytes]]:
+    def receive_data(self, data: BytesLike) -> list[tuple[T, bytes | bytearray]]:
         """Bytes read from the broker; return (token, answer body) for every answer they
         completed, in request order (answers of cancelled requests are dropped).
 
@@ -379,11 +380,32 @@ class Conversation(Generic[T]):
         error's ``decoded``, and the conversation is over.
         """
         self._check_open()
-        answers: list[tuple[T, bytes]] = []
+        return self._answers(self._splitter.receive, data)
+
+    def reserve(self) -> memoryview | None:
+        """Where the next bytes from the broker can be read in place: the rest of a large
+        answer being received (:meth:`FrameSplitter.reserve`), or None (read them into a
+        buffer of your own and pass them to :meth:`receive_data`). None too once the
+        conversation is over."""
+        if self._error is not None or self.closed:
+            return None
+        return self._splitter.reserve()
+
+    def received_into(self, nbytes: int) -> list[tuple[T, bytes | bytearray]]:
+        """``nbytes`` were read into the view :meth:`reserve` returned; the answers they
+        completed, as :meth:`receive_data` (an answer read in place is a ``bytearray``)."""
+        self._check_open()
+        return self._answers(self._splitter.received_into, nbytes)
+
+    def _answers(
+        self, add: Callable[[Any], None], received: Any
+    ) -> list[tuple[T, bytes | bytearray]]:
+        """Hand what was received to the splitter (``add(received)``); the answers out."""
+        answers: list[tuple[T, bytes | bytearray]] = []
         splitter = self._splitter
         awaiting = self._awaiting
         try:
-            splitter.receive(data)
+            add(received)
             while awaiting:
                 head = awaiting[0]
                 body = splitter.next_frame(head.limit)

@@ -167,13 +167,17 @@ class FrameSplitter:
 
     The body of a large frame (a fetch answer of megabytes, arriving in many socket reads)
     is kept as the chunks received and joined once when complete: one copy, instead of a
-    buffer that grows and moves with every read.
+    buffer that grows and moves with every read. A reader that can read into a buffer of
+    ours (``recv_into``, an ``asyncio.BufferedProtocol``) does better with
+    :meth:`reserve`: the rest of the body is then read where it will stay, with no copy
+    at all, and comes out of :meth:`next_frame` as that ``bytearray``.
 
     Responses carry at least an error code (``min_size=2``); requests at least a type
     (a broker uses ``min_size=1`` and ``max_size=max.socket.request.bytes``).
     """
 
     __slots__ = (
+        "_body",
         "_buf",
         "_consumed",
         "_error",
@@ -200,6 +204,8 @@ class FrameSplitter:
         self._parts: list[bytes] = []
         self._have = 0
         self._want = 0
+        # The body being collected in place, once reserve() was called for it.
+        self._body: bytearray | None = None
 
     @property
     def buffered(self) -> int:
@@ -231,12 +237,14 @@ class FrameSplitter:
         self._check_usable()
         if self._want:
             missing = self._want - self._have
+            taken = data if len(data) <= missing else data[:missing]
+            if self._body is not None:
+                self._body[self._have : self._have + len(taken)] = taken
+            else:
+                self._parts.append(bytes(taken))
+            self._have += len(taken)
             if len(data) <= missing:
-                self._parts.append(bytes(data))
-                self._have += len(data)
                 return
-            self._parts.append(bytes(data[:missing]))
-            self._have += missing
             data = data[missing:]  # the start of what follows the collected frame
         if self._pos:
             del self._buf[: self._pos]
@@ -244,19 +252,50 @@ class FrameSplitter:
             self._pos = 0
         self._buf += data
 
-    def next_frame(self, max_size: int | None = None) -> bytes | None:
+    def reserve(self) -> memoryview | None:
+        """Where the rest of the large body being collected can be read straight from the
+        socket, or None when there is none (read into a buffer of your own and
+        :meth:`receive` it). Report the bytes written there with :meth:`received_into`.
+
+        The body's buffer is allocated here, at the frame's size, which was checked
+        against its bound before (what already arrived of it is copied in, once). A body
+        read this way comes out of :meth:`next_frame` as that ``bytearray``.
+        """
+        self._check_usable()
+        if self._have >= self._want:
+            return None  # not collecting (both 0)
+        body = self._body
+        if body is None:
+            body = self._body = bytearray(self._want)
+            body[: self._have] = b"".join(self._parts)
+            self._parts = []
+        return memoryview(body)[self._have :]
+
+    def received_into(self, nbytes: int) -> None:
+        """``nbytes`` were written at the start of the view :meth:`reserve` returned."""
+        self._check_usable()
+        if self._body is None or not 0 <= nbytes <= self._want - self._have:
+            raise ValueError(
+                f"received_into({nbytes}) without a reserve() of at least as many bytes"
+            )
+        self._have += nbytes
+
+    def next_frame(self, max_size: int | None = None) -> bytes | bytearray | None:
         """The body of the next complete frame, or None until it has fully arrived.
 
         The frame's size must lie in ``min_size..max_size`` and, when given, be at most
-        ``max_size`` here; it is checked as soon as the size field is in.
+        ``max_size`` here; it is checked as soon as the size field is in. A body read
+        in place (:meth:`reserve`) is a ``bytearray``, any other ``bytes``.
         """
         self._check_usable()
         if self._want:
             if self._have < self._want:
                 return None
-            body = b"".join(self._parts)
+            body: bytes | bytearray = (
+                self._body if self._body is not None else b"".join(self._parts)
+            )
             self._consumed += 4 + self._want
-            self._parts, self._have, self._want = [], 0, 0
+            self._parts, self._have, self._want, self._body = [], 0, 0, None
             return body
         buf, pos = self._buf, self._pos
         available = len(buf) - pos
@@ -292,10 +331,10 @@ class FrameSplitter:
             self._pos = end
         return body
 
-    def feed(self, data: BytesLike) -> list[bytes]:
+    def feed(self, data: BytesLike) -> list[bytes | bytearray]:
         """Add received bytes; return every frame body completed by them."""
         self.receive(data)
-        frames: list[bytes] = []
+        frames: list[bytes | bytearray] = []
         try:
             while (body := self.next_frame()) is not None:
                 frames.append(body)
