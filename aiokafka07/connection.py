@@ -336,11 +336,15 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the transport's next read goes: the rest of the large answer being
+        received (read in place), else the connection's own buffer of ``READ_SIZE``."""
         view = self._conversation.reserve()
         self._reading_in_place = view is not None
         return view if view is not None else self._scratch
 
     def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` were read into the buffer :meth:`get_buffer` gave: the answers they
+        complete are resolved; bad bytes fail the connection."""
         if self._reading_in_place:
             self._deliver(self._conversation.received_into, nbytes)
         else:
