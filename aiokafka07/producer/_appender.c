@@ -390,10 +390,35 @@ static PyType_Spec hotpath_spec = {
     hotpath_slots,
 };
 
+/* -- append_method ----------------------------------------------------------------- */
+
+static PyTypeObject *appender_type; /* Appender, for append_method's check */
+
+/* Appender's append as a method descriptor of the subclass `cls`. The interpreter
+ * specialises a call of a C method only on an instance of exactly the descriptor's type:
+ * on a subclass's instance, the inherited descriptor takes the generic call path, with
+ * a subtype check, every call (about 35 ns; BatchBuilder is such a subclass). */
+static PyObject *
+append_method(PyObject *Py_UNUSED(module), PyObject *cls)
+{
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, appender_type)) {
+        PyErr_SetString(PyExc_TypeError, "append_method() takes a subclass of Appender");
+        return NULL;
+    }
+    return PyDescr_NewMethod((PyTypeObject *)cls, &appender_methods[0]);
+}
+
+static PyMethodDef module_methods[] = {
+    {"append_method", append_method, METH_O,
+     "append_method(cls, /)\n--\n\n"
+     "Appender.append as a method of the subclass cls (a call the interpreter specialises)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef appender_module = {
     PyModuleDef_HEAD_INIT, "aiokafka07.producer._appender",
     "C accelerator for the producer's hot paths (twins in batch.py and accumulator.py).", -1,
-    NULL, NULL, NULL, NULL, NULL,
+    module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
@@ -411,6 +436,10 @@ PyInit__appender(void)
         PyObject *type = PyType_FromSpec(specs[i]);
         if (type == NULL)
             goto fail;
+        if (i == 0) {
+            Py_INCREF(type);
+            appender_type = (PyTypeObject *)type;
+        }
         if (i == 1) {
             Py_INCREF(type);
             batch_type = (PyTypeObject *)type;

@@ -336,6 +336,15 @@ class BatchBuilder(_BatchBuilderMethods, _Appender):
     __slots__ = ("_closed", "_serialize")
 
 
+if not TYPE_CHECKING and _Appender is not _PureAppender:
+    from . import _appender
+
+    # The C append as BatchBuilder's own method: called on an instance of a subclass of
+    # its type, an inherited C method is not specialised by the interpreter (a generic
+    # call with a subtype check, ~35 ns a message; see append_method in _appender.c).
+    BatchBuilder.append = _appender.append_method(BatchBuilder)
+
+
 def pure_batch_builder() -> type[BatchBuilder]:
     """:class:`BatchBuilder` on the pure-Python appender whatever was built (for tests
     that hold the two twins to one contract)."""
