@@ -526,24 +526,15 @@ def test_splitter_on_garbage_gives_frames_or_a_typed_error(
 
 def _read(splitter: FrameSplitter, chunk: bytes, in_place: bool) -> tuple[int, list[Any]]:
     """One read as a connection does it: into the view ``reserve()`` offers when asked to
-    read in place and there is one (at most its length), else handed to ``receive()``;
-    then every frame completed. The bytes taken, and the frames."""
+    read in place and there is one (at most its length), else handed to ``feed()``. The
+    bytes taken, and the frames completed."""
     view = splitter.reserve() if in_place else None
-    if view is not None:
-        taken = min(len(chunk), len(view))
-        view[:taken] = chunk[:taken]
-        splitter.received_into(taken)
-    else:
-        taken = len(chunk)
-        splitter.receive(chunk)
-    frames = []
-    try:
-        while (body := splitter.next_frame()) is not None:
-            frames.append(body)
-    except MalformedFrameError as exc:
-        exc.decoded = frames
-        raise
-    return taken, frames
+    if view is None:
+        return len(chunk), splitter.feed(chunk)
+    taken = min(len(chunk), len(view))
+    view[:taken] = chunk[:taken]
+    splitter.received_into(taken)
+    return taken, splitter.feed(b"")  # nothing more: the frames completed
 
 
 @given(
