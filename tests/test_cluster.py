@@ -34,6 +34,8 @@ from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
 from aiokafka07.znodes import parse_broker_registration
 from aiokafka07.zookeeper import ZooKeeper, _Session
 
+from .wire import eventually
+
 WAIT = 10.0  # upper bound for anything a watch should deliver
 WAIT_MS = WAIT * 1000
 
@@ -424,16 +426,6 @@ async def write_persistent(connect: str, nodes: dict[str, str]) -> None:
             await zk.client.create(path, data=data)
 
 
-async def until_disconnected(zk: ZooKeeper) -> None:
-    """Wait until the session notices its server is gone (aiozk may take a session
-    timeout to notice)."""
-    for _ in range(int(WAIT / 0.05)):
-        if not zk.connected:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the connection loss went unnoticed")
-
-
 async def test_server_restart_and_outage() -> None:
     server = ZooKeeperServer()
     await asyncio.to_thread(server.start)
@@ -457,7 +449,8 @@ async def test_server_restart_and_outage() -> None:
 
             # A long outage: the last view is served and a refresh fails cleanly.
             await asyncio.to_thread(server.stop)
-            await until_disconnected(cl.zookeeper)
+            # aiozk may take a session timeout to notice the loss.
+            await eventually(lambda: not cl.zookeeper.connected, WAIT)
             view = cl.brokers
             assert view.keys() == {1, 2}
             with pytest.raises(ZooKeeperError, match="last known view"):
@@ -489,7 +482,7 @@ async def test_a_session_closed_while_disconnected_is_given_up_within_seconds(
         zk = ZooKeeper(server.connect_string, session_timeout_ms=10_000, connection_timeout_ms=500)
         await zk.start()
         await asyncio.to_thread(server.stop)
-        await until_disconnected(zk)
+        await eventually(lambda: not zk.connected, WAIT)
         started = asyncio.get_running_loop().time()
         await asyncio.wait_for(zk.close(), 30)
         took = asyncio.get_running_loop().time() - started
