@@ -729,3 +729,48 @@ async def test_a_cancelled_send_took_nothing(kafka_cluster: Any) -> None:
             await first
             await (await p.send("cancelled", b"three", partition=(0, 0)))
         assert all_values(await read_logs(cluster, "cancelled")) == [b"one", b"three"]
+
+
+async def _send_keyless(broker_list: str, topic: str, count: int) -> list[asyncio.Future[Any]]:
+    """``count`` keyless sends (the hot path) through a new producer, all delivered."""
+    async with Producer(brokers=broker_list, linger_ms=1) as p:
+        futures = [await p.send(topic, b"%d" % i) for i in range(count)]
+        await asyncio.gather(*futures)
+    return futures
+
+
+async def test_send_futures_belong_to_the_running_loop(kafka_cluster: Any) -> None:
+    """On a loop that keeps asyncio's own ``create_future`` the hot path makes the same
+    future without calling it (``future_maker``): an ``asyncio.Future`` of the running
+    loop, delivered like any other."""
+    loop = asyncio.get_running_loop()
+    async with kafka_cluster(1, zookeeper=None) as cluster:
+        futures = await _send_keyless(cluster.broker_list, "loop", 300)
+        assert all_values(await read_logs(cluster, "loop")) == [b"%d" % i for i in range(300)]
+    assert {type(f) for f in futures} == {asyncio.Future}
+    assert all(f.get_loop() is loop and f.result().topic == "loop" for f in futures)
+
+
+def test_a_loop_that_makes_its_own_futures_makes_every_message_future(tmp_path: Any) -> None:
+    """A loop whose class has a ``create_future`` of its own (as uvloop's, or a subclass
+    instrumenting futures) is asked for every message's future, on the hot path too."""
+    made: list[asyncio.Future[Any]] = []
+
+    class OwnFutures(asyncio.SelectorEventLoop):
+        def create_future(self) -> asyncio.Future[Any]:
+            future = super().create_future()
+            made.append(future)
+            return future
+
+    async def main() -> list[asyncio.Future[Any]]:
+        async with KafkaCluster(1, zookeeper=None, log_root=tmp_path) as cluster:
+            return await _send_keyless(cluster.broker_list, "own", 300)
+
+    loop = OwnFutures()
+    try:
+        futures = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert len(futures) == 300
+    made_ids = {id(f) for f in made}
+    assert all(id(f) in made_ids for f in futures)

@@ -707,14 +707,20 @@ _HOT_APPENDS = st.lists(
     caps=st.tuples(st.integers(0, 12), st.integers(0, 60), st.integers(0, 12), st.integers(0, 60)),
     max_message=st.integers(0, 12),
     cool=st.booleans(),
+    keywords=st.booleans(),
 )
 def test_send_hot_path_twins_agree(
-    appends: list[tuple[str, Any]], caps: tuple[int, int, int, int], max_message: int, cool: bool
+    appends: list[tuple[str, Any]],
+    caps: tuple[int, int, int, int],
+    max_message: int,
+    cool: bool,
+    keywords: bool,
 ) -> None:
     """send()'s hot path in C (``HotPath`` over ``BatchCore``, when built) and its pure
     twin take the same messages into the same batches with one future each, refuse the
     same ones (None, nothing taken), and call ``capped`` at the same moments; ``cool``:
-    ``capped`` takes the batch off the hot path, as the accumulator does."""
+    ``capped`` takes the batch off the hot path, as the accumulator does; ``keywords``:
+    ``create_future`` is called with ``future_kwargs``, the same dict every time."""
     from aiokafka07.producer import accumulator, batch
 
     try:
@@ -741,7 +747,14 @@ def test_send_hot_path_twins_agree(
             if cool:
                 del hot[next(k for k, v in hot.items() if v is b)]
 
-        path = hot_path_type(hot, lambda: ("future", next(made)), capped, max_message)
+        kwargs = {"tag": "k"}
+
+        def create_future(**given: Any) -> tuple[Any, ...]:
+            return ("future", next(made), given)
+
+        path = hot_path_type(hot, create_future, capped, max_message)
+        if keywords:
+            path.future_kwargs = kwargs
         for topic, value in appends:
             seen.append(path.append(topic, value))
         seen.extend((b.values, b.futures, b.size) for b in batches.values())
@@ -750,3 +763,34 @@ def test_send_hot_path_twins_agree(
     pure = run(PureBatch, accumulator._PureHotPath)
     assert run(_appender.BatchCore, _appender.HotPath) == pure
     assert run(batch.Batch.__mro__[1], accumulator.HotPath) == pure
+
+
+def test_send_hot_path_twins_refuse_future_kwargs_that_are_not_a_dict() -> None:
+    """A ``future_kwargs`` neither None nor a dict is a TypeError from both twins, and
+    the message is not taken (no future made, nothing appended)."""
+    from aiokafka07.producer import accumulator, batch
+
+    twins: list[tuple[type[Any], type[Any]]] = [(batch._PureBatchCore, accumulator._PureHotPath)]
+    try:
+        from aiokafka07.producer import _appender  # type: ignore[attr-defined]
+    except ImportError:
+        pass
+    else:
+        twins.append((_appender.BatchCore, _appender.HotPath))
+    for batch_type, hot_path_type in twins:
+        b = batch_type()
+        b.values, b.futures, b.size, b.count_cap, b.byte_cap = [], [], 0, 10, 100
+        made: list[object] = []
+
+        def create_future(made: list[object] = made, **kw: Any) -> str:
+            made.append(kw)
+            return "future"
+
+        path = hot_path_type({"t": b}, create_future, lambda _: None, 10)
+        path.future_kwargs = [("loop", None)]
+        with pytest.raises(TypeError, match="future_kwargs must be a dict or None"):
+            path.append("t", b"v")
+        assert (made, b.values, b.futures, b.size) == ([], [], [], 0)
+        path.future_kwargs = None
+        assert path.append("t", b"v") == "future"
+        assert (made, b.values, b.futures) == ([{}], [b"v"], ["future"])

@@ -17,7 +17,8 @@
  * touches per message (values, futures, size, count_cap, byte_cap), as C members that
  * Python reads and writes like slots. HotPath.append(topic, value) is that hot path
  * (Accumulator's _PureHotPath is its twin): a bytes value within max.message.size, for
- * a topic with a hot batch, gets a future from create_future, is appended with it, and
+ * a topic with a hot batch, gets a future from create_future (called with the keywords of
+ * future_kwargs when set, a dict made once), is appended with it, and
  * if the batch reached count_cap or byte_cap, capped(batch) is called; the future is
  * returned. In every other case it returns None and takes nothing, and the producer's
  * general path (which explains any refusal) takes the message.
@@ -37,6 +38,7 @@ typedef struct {
 } Appender;
 
 static PyObject *slow_name; /* "_append_slow" */
+static PyObject *empty_tuple; /* the positional arguments of create_future(**kwargs) */
 
 /* append() returns the message's position. CPython keeps the ints up to 256 ready; a
  * position beyond that would be a new int per message, made and freed for every append
@@ -245,6 +247,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *hot;            /* dict: topic -> its hot batch (a BatchCore) */
     PyObject *create_future;  /* callable: the loop's create_future */
+    PyObject *future_kwargs;  /* NULL or None, or a dict: create_future(**future_kwargs) */
     PyObject *capped;         /* callable(batch): the batch reached a cap */
     Py_ssize_t max_message;   /* max.message.size */
 } HotPath;
@@ -278,8 +281,21 @@ hotpath_append(HotPath *self, PyObject *const *args, Py_ssize_t nargs)
     /* create_future runs Python code: hold the batch (the dict's reference is borrowed)
      * and the callables (Python may replace them meanwhile). */
     Py_INCREF(batch);
+    PyObject *future = NULL;
+    PyObject *kwargs = self->future_kwargs;
+    if (kwargs != NULL && kwargs != Py_None && !PyDict_Check(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "future_kwargs must be a dict or None");
+        goto fail;
+    }
     PyObject *make = Py_NewRef(self->create_future);
-    PyObject *future = PyObject_CallNoArgs(make);
+    if (kwargs == NULL || kwargs == Py_None)
+        future = PyObject_CallNoArgs(make);
+    else {
+        /* the same dict for every message: no keyword dict made per call */
+        Py_INCREF(kwargs);
+        future = PyObject_Call(make, empty_tuple, kwargs);
+        Py_DECREF(kwargs);
+    }
     Py_DECREF(make);
     if (future == NULL)
         goto fail;
@@ -333,6 +349,7 @@ hotpath_traverse(HotPath *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->hot);
     Py_VISIT(self->create_future);
+    Py_VISIT(self->future_kwargs);
     Py_VISIT(self->capped);
     return 0;
 }
@@ -342,6 +359,7 @@ hotpath_clear(HotPath *self)
 {
     Py_CLEAR(self->hot);
     Py_CLEAR(self->create_future);
+    Py_CLEAR(self->future_kwargs);
     Py_CLEAR(self->capped);
     return 0;
 }
@@ -367,6 +385,8 @@ static PyMethodDef hotpath_methods[] = {
 static PyMemberDef hotpath_members[] = {
     {"create_future", T_OBJECT_EX, offsetof(HotPath, create_future), 0,
      "Makes each message's future (the loop's create_future once started)."},
+    {"future_kwargs", T_OBJECT, offsetof(HotPath, future_kwargs), 0,
+     "None, or the keywords create_future is called with (one dict, not copied per call)."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -426,6 +446,9 @@ PyInit__appender(void)
 {
     slow_name = PyUnicode_InternFromString("_append_slow");
     if (slow_name == NULL)
+        return NULL;
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL)
         return NULL;
     PyObject *module = PyModule_Create(&appender_module);
     if (module == NULL)

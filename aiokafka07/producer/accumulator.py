@@ -42,12 +42,14 @@ MAX_BATCHES_PER_REQUEST = 1000
 class _PureHotPath:
     """The hot path of ``send()`` (the pure-Python twin of the C ``HotPath`` in
     ``_appender.c``): a keyless bytes payload within ``max_message_size`` for a topic
-    with a hot batch in ``hot`` is appended to it with a future from ``create_future``;
-    ``capped(batch)`` is called once the batch reached ``count_cap`` or ``byte_cap``.
-    :meth:`append` returns the future, or None having taken nothing (the producer's
-    general path then takes the message, and explains any refusal)."""
+    with a hot batch in ``hot`` is appended to it with a future from ``create_future``
+    (called with the keywords of ``future_kwargs`` when it is a dict, see
+    :func:`future_maker`); ``capped(batch)`` is called once the batch reached
+    ``count_cap`` or ``byte_cap``. :meth:`append` returns the future, or None having
+    taken nothing (the producer's general path then takes the message, and explains any
+    refusal)."""
 
-    __slots__ = ("_capped", "_hot", "_max_message", "create_future")
+    __slots__ = ("_capped", "_hot", "_max_message", "create_future", "future_kwargs")
 
     def __init__(
         self,
@@ -58,6 +60,7 @@ class _PureHotPath:
     ) -> None:
         self._hot = hot
         self.create_future = create_future
+        self.future_kwargs: dict[str, Any] | None = None
         self._capped = capped
         self._max_message = max_message_size
 
@@ -68,7 +71,13 @@ class _PureHotPath:
         size = len(value)
         if batch is None or size > self._max_message:
             return None
-        future = self.create_future()
+        kwargs = self.future_kwargs
+        if kwargs is None:
+            future = self.create_future()
+        elif isinstance(kwargs, dict):
+            future = self.create_future(**kwargs)
+        else:
+            raise TypeError("future_kwargs must be a dict or None")
         batch.futures.append(future)
         values = batch.values
         values.append(value)
@@ -76,6 +85,24 @@ class _PureHotPath:
         if len(values) >= batch.count_cap or size >= batch.byte_cap:
             self._capped(batch)
         return future
+
+
+def future_maker(
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[Callable[..., asyncio.Future[Any]], dict[str, Any] | None]:
+    """How the hot path makes each message's future on ``loop``: (a callable, the
+    keywords it is called with or None).
+
+    ``loop.create_future`` is the rule (a loop may make its own futures: uvloop does, so
+    may a subclass), and is what this returns unless the loop's class keeps asyncio's
+    own ``create_future``, whose whole body is ``futures.Future(loop=self)``: then that
+    call itself, ``asyncio.futures.Future`` with one ``{"loop": loop}`` made here. The
+    future is the same; the C hot path passes the one dict to every call, where
+    ``loop.create_future()`` costs a Python frame and a new keyword dict per message
+    (a large share of ``send()``'s CPU: see ``benchmarks/bench_producer.py``)."""
+    if type(loop).create_future is asyncio.BaseEventLoop.create_future:
+        return asyncio.futures.Future, {"loop": loop}
+    return loop.create_future, None
 
 
 if TYPE_CHECKING:
@@ -160,13 +187,15 @@ class Accumulator:
         self._space.set()
         # Set once closing and every message accepted has ended (wait_drained).
         self._drained = asyncio.Event()
-        #: ``hot_path.append(topic, value)``: see :class:`HotPath`. Its ``create_future``
-        #: (the loop's, once bound) makes every message's future, on both paths.
+        #: Makes a message's future on the general path (the loop's, once bound).
+        self.create_future: Callable[[], asyncio.Future[Any]] = asyncio.Future
+        #: ``hot_path.append(topic, value)``: see :class:`HotPath`.
         self.hot_path = HotPath(self.hot, asyncio.Future, self.capped, max_message_size)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Create futures on ``loop`` (the producer's, once started)."""
-        self.hot_path.create_future = loop.create_future
+        self.create_future = loop.create_future
+        self.hot_path.create_future, self.hot_path.future_kwargs = future_maker(loop)
 
     # -- space -----------------------------------------------------------------------
 
@@ -272,7 +301,7 @@ class Accumulator:
                 queue.wakeup.set()  # the sender starts the linger clock
         elif self.hot.get(topic) is batch:
             self._cool(batch)
-        future = self.hot_path.create_future()
+        future = self.create_future()
         batch.add(value, future, route, raw=raw)
         self.messages += 1
         self.bytes += len(value)
