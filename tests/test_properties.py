@@ -765,6 +765,39 @@ def test_send_hot_path_twins_agree(
     assert run(batch.Batch.__mro__[1], accumulator.HotPath) == pure
 
 
+def test_c_hot_path_takes_batches_of_batch_core_and_its_subclasses_only() -> None:
+    """The C hot path takes a message into a hot batch whose type is ``BatchCore`` or any
+    subclass of it (the producer's ``Batch``, its direct subclass, checked first; a
+    subclass of that), and refuses (None, nothing taken) any other object."""
+    from aiokafka07.producer import batch
+
+    if batch._BatchCore is batch._PureBatchCore:
+        pytest.skip("the producer's C accelerator is not active")
+    from aiokafka07.producer import _appender  # type: ignore[attr-defined]
+
+    class Deeper(batch.Batch):
+        __slots__ = ()
+
+    class PureBatch(batch._PureBatchCore):
+        __slots__ = ()
+
+    def hot_batch(kind: type[Any]) -> Any:
+        b = kind("t", 0, 0) if issubclass(kind, batch.Batch) else kind()
+        b.values, b.futures, b.size, b.count_cap, b.byte_cap = [], [], 0, 10, 100
+        return b
+
+    for kind, taken in (
+        (_appender.BatchCore, True),
+        (batch.Batch, True),
+        (Deeper, True),
+        (PureBatch, False),
+    ):
+        b = hot_batch(kind)
+        path = _appender.HotPath({"t": b}, lambda: "future", lambda _: None, 10)
+        assert path.append("t", b"v") == ("future" if taken else None), kind
+        assert b.values == ([b"v"] if taken else []), kind
+
+
 def test_send_hot_path_twins_refuse_future_kwargs_that_are_not_a_dict() -> None:
     """A ``future_kwargs`` neither None nor a dict is a TypeError from both twins, and
     the message is not taken (no future made, nothing appended)."""
