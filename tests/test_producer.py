@@ -20,6 +20,7 @@ from aiokafka07.errors import (
 )
 from aiokafka07.partitioner import java_hash_code, java_partition_index
 from aiokafka07.producer import Producer
+from aiokafka07.producer.accumulator import future_maker
 from aiokafka07.producer.legacy import SEND_BATCH_OF_VALUES
 from aiokafka07.protocol import decode_message_set, encode_message_set, gzip_compress
 from aiokafka07.testing import KafkaCluster, ZooKeeperServer, expire_session
@@ -752,8 +753,8 @@ async def test_send_futures_belong_to_the_running_loop(kafka_cluster: Any) -> No
 
 
 def test_a_loop_that_makes_its_own_futures_makes_every_message_future(tmp_path: Any) -> None:
-    """A loop whose class has a ``create_future`` of its own (as uvloop's, or a subclass
-    instrumenting futures) is asked for every message's future, on the hot path too."""
+    """A loop whose class has a ``create_future`` of its own (a subclass instrumenting
+    futures, say) is asked for every message's future, on the hot path too."""
     made: list[asyncio.Future[Any]] = []
 
     class OwnFutures(asyncio.SelectorEventLoop):
@@ -773,4 +774,46 @@ def test_a_loop_that_makes_its_own_futures_makes_every_message_future(tmp_path: 
         loop.close()
     assert len(futures) == 300
     made_ids = {id(f) for f in made}
+    assert all(id(f) in made_ids for f in futures)
+
+
+def test_uvloop_futures_are_made_without_create_future(tmp_path: Any) -> None:
+    """On uvloop, whose ``create_future`` is ``asyncio.Future(loop=self)`` (its source,
+    checked here as behaviour: a plain pending ``asyncio.Future`` of the loop), the hot
+    path makes the same future with one kept ``{"loop": loop}``; a subclass of uvloop's
+    loop with a ``create_future`` of its own is asked for every message's future."""
+    uvloop = pytest.importorskip("uvloop")
+    made: list[asyncio.Future[Any]] = []
+
+    class OwnFutures(uvloop.Loop):  # type: ignore[misc,name-defined]
+        def create_future(self) -> asyncio.Future[Any]:
+            future: asyncio.Future[Any] = super().create_future()
+            made.append(future)
+            return future
+
+    async def main(run: str) -> tuple[Any, asyncio.Future[Any], list[asyncio.Future[Any]]]:
+        loop = asyncio.get_running_loop()
+        plain = loop.create_future()
+        maker = future_maker(loop)
+        async with KafkaCluster(1, zookeeper=None, log_root=tmp_path / run) as cluster:
+            futures = await _send_keyless(cluster.broker_list, "uv", 300)
+            assert all_values(await read_logs(cluster, "uv")) == [b"%d" % i for i in range(300)]
+        assert {type(f) for f in futures} == {asyncio.Future}
+        assert all(f.get_loop() is loop for f in futures)
+        return maker, plain, futures
+
+    maker, plain, futures = uvloop.run(main("uvloop"))
+    assert type(plain) is asyncio.Future
+    assert not plain.done()
+    assert maker == (asyncio.futures.Future, {"loop": plain.get_loop()})
+    assert not made
+    loop = OwnFutures()
+    try:
+        maker, plain, futures = loop.run_until_complete(main("own"))
+    finally:
+        loop.close()
+    assert maker[1] is None
+    assert plain is made[0]
+    made_ids = {id(f) for f in made}
+    assert len(futures) == 300
     assert all(id(f) in made_ids for f in futures)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -93,16 +94,34 @@ def future_maker(
     """How the hot path makes each message's future on ``loop``: (a callable, the
     keywords it is called with or None).
 
-    ``loop.create_future`` is the rule (a loop may make its own futures: uvloop does, so
-    may a subclass), and is what this returns unless the loop's class keeps asyncio's
-    own ``create_future``, whose whole body is ``futures.Future(loop=self)``: then that
-    call itself, ``asyncio.futures.Future`` with one ``{"loop": loop}`` made here. The
-    future is the same; the C hot path passes the one dict to every call, where
-    ``loop.create_future()`` costs a Python frame and a new keyword dict per message
-    (a large share of ``send()``'s CPU: see ``benchmarks/bench_producer.py``)."""
-    if type(loop).create_future is asyncio.BaseEventLoop.create_future:
+    ``loop.create_future`` is the rule (a loop may make futures of its own, and a subclass
+    may instrument them), and is what this returns unless the loop's class keeps a
+    ``create_future`` known to be exactly ``asyncio.Future(loop=self)``
+    (:func:`_makes_plain_futures`): then that call itself, ``asyncio.futures.Future``
+    with one ``{"loop": loop}`` made here. The future is the same; the C hot path passes
+    the one dict to every call, where ``loop.create_future()`` costs a new keyword dict
+    per message, and on asyncio's loop a Python frame too (a large share of ``send()``'s
+    CPU on either loop: see ``benchmarks/bench_producer.py``)."""
+    if _makes_plain_futures(loop):
         return asyncio.futures.Future, {"loop": loop}
     return loop.create_future, None
+
+
+def _makes_plain_futures(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``type(loop).create_future`` is one whose whole work is
+    ``asyncio.Future(loop=self)``: asyncio's own (``BaseEventLoop.create_future``,
+    ``return futures.Future(loop=self)``), or uvloop's (``uvloop/loop.pyx``:
+    ``return self._new_future()``, which is ``aio_Future(loop=self)`` with ``aio_Future``
+    bound to ``asyncio.Future`` in ``includes/stdlib.pxi``; the same from 2015 to uvloop
+    0.23, and checked in the tests of the uvloop extra). Any other ``create_future``,
+    a subclass's own included, is called for every future."""
+    method = type(loop).create_future
+    if method is asyncio.BaseEventLoop.create_future:
+        return True
+    # Never imported here: a loop of uvloop's has imported it already.
+    uvloop_loop = sys.modules.get("uvloop.loop")
+    own = getattr(getattr(uvloop_loop, "Loop", None), "create_future", None)
+    return own is not None and method is own
 
 
 if TYPE_CHECKING:
