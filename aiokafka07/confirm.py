@@ -309,13 +309,19 @@ class Confirmer:
         return sizes
 
     def submit(
-        self, frame: bytes, sizes: dict[Target, int] | None = None
+        self,
+        frame: bytes,
+        sizes: dict[Target, int] | None = None,
+        future: asyncio.Future[int | None] | None = None,
     ) -> asyncio.Future[int | None]:
         """Queue a PRODUCE / MULTIPRODUCE frame with its probes now; return its future.
 
         It gets the last entry's end (for partition -1: the sum of the topic's
         partitions' ends) once every entry is confirmed. ``sizes`` is what :meth:`check`
-        returned for this frame; without it the frame is checked here. Everything is
+        returned for this frame; without it the frame is checked here. ``future``: the
+        one to settle (a caller's that waits already, settled here without a future
+        chained in between, which would cost a loop iteration); one is made when None.
+        A future done meanwhile (its caller gave up) is left as it is. Everything is
         checked before anything is queued: a frame with no entries, a partition below
         -1, or a topic sent to partition -1 without :meth:`prepare` raise.
         """
@@ -333,7 +339,9 @@ class Confirmer:
         written = self._send_produce(frame)
         written.add_done_callback(mark_retrieved)
         self._seq += 1
-        request = _Request(loop.create_future(), self._seq, written)
+        if future is None:
+            future = loop.create_future()
+        request = _Request(future, self._seq, written)
         self._requests[request.seq] = request
         for key, size in sizes.items():
             track = self._tracks[key]

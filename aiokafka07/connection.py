@@ -701,7 +701,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
             self._conversation.send_produce(frame, result)
             self._queued()
             return
-        _chain(self._confirmer.submit(frame, sizes), result)
+        self._confirmer.submit(frame, sizes, result)
 
     async def prepare_confirm(self, frame: bytes) -> None:
         """Make ``frame`` ready for :meth:`submit_produce` with confirm: learn the
@@ -823,19 +823,3 @@ class BrokerConnection(asyncio.BufferedProtocol):
 def _set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _chain(source: asyncio.Future[int | None], target: asyncio.Future[int | None]) -> None:
-    """Settle ``target`` as ``source`` settles (unless ``target`` is done: a caller that
-    gave up); ``source``'s failure is then retrieved here, never left unobserved."""
-
-    def settle(done: asyncio.Future[int | None]) -> None:
-        if done.cancelled():
-            target.cancel()
-        elif done.exception() is not None:
-            if not target.done():
-                target.set_exception(done.exception())  # type: ignore[arg-type]
-        elif not target.done():
-            target.set_result(done.result())
-
-    source.add_done_callback(settle)

@@ -57,6 +57,28 @@ def produce(topic: str, partition: int, *payloads: bytes) -> bytes:
     return encode_produce_request(topic, partition, encode_message_set(payloads))
 
 
+async def test_the_ledger_settles_the_callers_own_future(cluster: KafkaCluster) -> None:
+    """A confirmed produce's future (``submit_produce``'s) is the one the ledger settles,
+    not one settled from a future of the ledger's own by a done callback, which would
+    cost one loop iteration after the confirmation, and keep every message future of a
+    busy producer alive that long. A cancelled one is left cancelled, and its frame is
+    produced all the same."""
+    conn = await connect(cluster)
+    future = conn.submit_produce(produce("own", 0, b"one"), confirm=True)
+    assert conn._confirmer.pending() == [future]
+    assert await outcomes([future]) == [len(encode_message_set([b"one"]))]
+    gone = conn.submit_produce(produce("own", 0, b"two"), confirm=True)
+    assert conn._confirmer.pending() == [gone]
+    gone.cancel()
+    assert conn._confirmer.pending() == []
+    after = conn.submit_produce(produce("own", 0, b"three"), confirm=True)
+    (end,) = await outcomes([after])
+    assert end == len(encode_message_set([b"one", b"two", b"three"]))
+    assert gone.cancelled()
+    assert await log_values(conn, "own", 0) == [b"one", b"two", b"three"]
+    await conn.close()
+
+
 async def test_a_dropped_produce_among_pipelined_ones_is_the_only_one_not_confirmed(
     cluster: KafkaCluster,
 ) -> None:
