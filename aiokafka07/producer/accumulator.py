@@ -113,8 +113,9 @@ def _makes_plain_futures(loop: asyncio.AbstractEventLoop) -> bool:
     ``return futures.Future(loop=self)``), or uvloop's (``uvloop/loop.pyx``:
     ``return self._new_future()``, which is ``aio_Future(loop=self)`` with ``aio_Future``
     bound to ``asyncio.Future`` in ``includes/stdlib.pxi``; the same from 2015 to uvloop
-    0.23, and checked in the tests of the uvloop extra). Any other ``create_future``,
-    a subclass's own included, is called for every future."""
+    0.23, and checked as behaviour by tests/test_producer.py wherever uvloop is
+    installed). Any other ``create_future``, a subclass's own included, is called for
+    every future."""
     method = type(loop).create_future
     if method is asyncio.BaseEventLoop.create_future:
         return True
