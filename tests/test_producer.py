@@ -752,22 +752,32 @@ async def test_send_futures_belong_to_the_running_loop(kafka_cluster: Any) -> No
     assert all(f.get_loop() is loop and f.result().topic == "loop" for f in futures)
 
 
+def _loop_with_own_futures(
+    base: type[asyncio.AbstractEventLoop],
+) -> tuple[type[asyncio.AbstractEventLoop], list[asyncio.Future[Any]]]:
+    """A subclass of the loop class ``base`` with a ``create_future`` of its own, and the
+    list of every future its loops made."""
+    made: list[asyncio.Future[Any]] = []
+
+    class OwnFutures(base):  # type: ignore[valid-type,misc]
+        def create_future(self) -> asyncio.Future[Any]:
+            future: asyncio.Future[Any] = super().create_future()
+            made.append(future)
+            return future
+
+    return OwnFutures, made
+
+
 def test_a_loop_that_makes_its_own_futures_makes_every_message_future(tmp_path: Any) -> None:
     """A loop whose class has a ``create_future`` of its own (a subclass instrumenting
     futures, say) is asked for every message's future, on the hot path too."""
-    made: list[asyncio.Future[Any]] = []
-
-    class OwnFutures(asyncio.SelectorEventLoop):
-        def create_future(self) -> asyncio.Future[Any]:
-            future = super().create_future()
-            made.append(future)
-            return future
+    own_futures, made = _loop_with_own_futures(asyncio.SelectorEventLoop)
 
     async def main() -> list[asyncio.Future[Any]]:
         async with KafkaCluster(1, zookeeper=None, log_root=tmp_path) as cluster:
             return await _send_keyless(cluster.broker_list, "own", 300)
 
-    loop = OwnFutures()
+    loop = own_futures()
     try:
         futures = loop.run_until_complete(main())
     finally:
@@ -783,13 +793,7 @@ def test_uvloop_futures_are_made_without_create_future(tmp_path: Any) -> None:
     path makes the same future with one kept ``{"loop": loop}``; a subclass of uvloop's
     loop with a ``create_future`` of its own is asked for every message's future."""
     uvloop = pytest.importorskip("uvloop")
-    made: list[asyncio.Future[Any]] = []
-
-    class OwnFutures(uvloop.Loop):  # type: ignore[misc,name-defined]
-        def create_future(self) -> asyncio.Future[Any]:
-            future: asyncio.Future[Any] = super().create_future()
-            made.append(future)
-            return future
+    own_futures, made = _loop_with_own_futures(uvloop.Loop)
 
     async def main(run: str) -> tuple[Any, asyncio.Future[Any], list[asyncio.Future[Any]]]:
         loop = asyncio.get_running_loop()
@@ -807,7 +811,7 @@ def test_uvloop_futures_are_made_without_create_future(tmp_path: Any) -> None:
     assert not plain.done()
     assert maker == (asyncio.futures.Future, {"loop": plain.get_loop()})
     assert not made
-    loop = OwnFutures()
+    loop = own_futures()
     try:
         maker, plain, futures = loop.run_until_complete(main("own"))
     finally:

@@ -121,8 +121,7 @@ def _makes_plain_futures(loop: asyncio.AbstractEventLoop) -> bool:
         return True
     # Never imported here: a loop of uvloop's has imported it already.
     uvloop_loop = sys.modules.get("uvloop.loop")
-    own = getattr(getattr(uvloop_loop, "Loop", None), "create_future", None)
-    return own is not None and method is own
+    return method is getattr(getattr(uvloop_loop, "Loop", None), "create_future", None)
 
 
 if TYPE_CHECKING:
