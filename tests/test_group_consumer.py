@@ -919,6 +919,33 @@ async def test_close_leaves_no_task_and_no_znode_and_commits(
         await consumer.close()  # twice is fine
 
 
+async def test_close_leaves_in_one_transaction_as_0_7_2_does(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """ZOOKEEPER §5.4: shutdown closes the session, and the server deletes the ``ids``
+    registration and every owner node with it, in one transaction: the rest of the group
+    sees one change, and does not start rebalancing while the member is still leaving
+    (deleting the nodes one by one first made its session's close queue behind the
+    others' reads and claims). Both parents' last child change is that transaction."""
+    async with running_cluster(kafka_cluster, zookeeper, 2, 3) as (_, producer, zk):
+        await produce(producer, TOPIC, partitions_of(TWO_BY_THREE), 1, "t")
+        await wait_registered(zk, TOPIC, TWO_BY_THREE)
+        consumer = member(zookeeper, auto_commit=False)
+        await consumer.start()
+        owners = f"/consumers/g/owners/{TOPIC}"
+
+        async def owns_all() -> bool:
+            return len(await zk.get_children(owners)) == len(partitions_of(TWO_BY_THREE))
+
+        await eventually(owns_all)
+        await consumer.close()
+        assert await zk.get_children("/consumers/g/ids") == []
+        assert await zk.get_children(owners) == []
+        _, ids = await zk.client.get("/consumers/g/ids")
+        _, owned = await zk.client.get(owners)
+        assert ids.last_modified_children == owned.last_modified_children  # (pzxid)
+
+
 async def test_close_commits_only_with_auto_commit_unless_told(
     kafka_cluster: Any, zookeeper: str
 ) -> None:
