@@ -252,6 +252,10 @@ def load_peer() -> Peer | str:
     return Peer(aiokafka.__version__, LegacyRecordBatch.__module__, peer_checks_inner_crcs())
 
 
+#: The messages of the inner-CRC trials: the second one is corrupted inside the wrapper.
+_TRIAL_VALUES = [b"first message", b"second message"]
+
+
 def _corrupt_value(inner: bytes, value: bytes) -> bytes:
     """``inner`` with the first byte of ``value`` flipped where it lies, its CRC left."""
     at = inner.index(value)
@@ -268,7 +272,7 @@ def peer_checks_inner_crcs() -> bool:
     import struct
     import zlib
 
-    values = [b"first message", b"second message"]
+    values = _TRIAL_VALUES
 
     def wrapper(inner: bytes) -> bytes:
         payload = gzip.compress(inner)
@@ -289,7 +293,7 @@ def peer_checks_inner_crcs() -> bool:
 def ours_checks_inner_crcs() -> bool:
     """The same question of our decoder (it does, unless something broke: shown, not
     assumed), on a gzip wrapper of our format around a message with a wrong CRC."""
-    values = [b"first message", b"second message"]
+    values = _TRIAL_VALUES
     inner = _corrupt_value(encode_message_set(values), values[1])
     try:
         our_decoder(encode_wrapper(Compression.GZIP, inner))()
