@@ -4,10 +4,12 @@ semantics, restarts, crashes and many pipelining connections."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import re
 import socket
 import struct
+import time
 from typing import Any
 
 import pytest
@@ -209,6 +211,46 @@ async def test_data_survives_restart_and_crash(kafka_cluster: Any) -> None:
         await cluster.start_broker(0)
         conn = await RawConnection.open(broker.host, broker.port)
         assert await fetch_values(conn, "keep", 0) == [b"1", b"2", b"3"]
+        await conn.close()
+
+
+async def test_a_count_reached_during_a_flush_is_flushed_when_it_ends(
+    kafka_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fsync on, a count-based flush runs in a worker thread, one per log at a time.
+    Appends that reach the count again while one runs are flushed when it ends, not at
+    the time-based flusher's next pass (a minute away here): a producer that waits for
+    them (confirm mode) sends nothing that would bring "the next append"."""
+    real = os.fsync
+    slow = True
+
+    def fsync(fd: int) -> None:
+        nonlocal slow
+        if slow:  # the first flush's fsync takes long enough for the next append to land
+            slow = False
+            time.sleep(0.3)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    async with kafka_cluster(
+        1,
+        zookeeper=None,
+        log_flush_fsync=True,
+        log_flush_interval=2,
+        log_default_flush_scheduler_interval_ms=60_000,
+    ) as cluster:
+        broker = cluster.broker(0)
+        conn = await RawConnection.open(broker.host, broker.port)
+        two = encode_message_set([b"a", b"b"])  # 22 bytes: the count, each time
+        await conn.send(encode_produce_request("t", 0, two))
+        await asyncio.sleep(0.05)  # the first flush is under way
+        await conn.send(encode_produce_request("t", 0, two))
+        assert await latest(conn, "t", 0) in (0, 22)  # the second is not flushed yet
+
+        async def both_flushed() -> bool:
+            return await latest(conn, "t", 0) == 44
+
+        await eventually(both_flushed, 5)
         await conn.close()
 
 

@@ -469,9 +469,10 @@ class Log:
 
     @property
     def flush_pending(self) -> bool:
-        """Whether enough messages are unflushed for a count-based flush."""
+        """Whether enough messages are unflushed for a count-based flush (never once the
+        log is closed: closing flushed it)."""
         with self._lock:
-            return self._unflushed >= self.config.flush_interval_messages
+            return not self._closed and self._unflushed >= self.config.flush_interval_messages
 
     def flush(self) -> None:
         """fsync the active segment (if configured) and advance its high-water mark.

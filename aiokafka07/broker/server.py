@@ -308,14 +308,25 @@ class Broker:
         self._supervisor.spawn(name, loop, policy=CrashPolicy.RESTART, max_restarts=100)
 
     def _flush_in_background(self, partition_log: Log) -> None:
+        """A count-based flush of ``partition_log``, fsynced in a worker thread.
+
+        One runs at a time per log. Appends made while it runs are not covered by it
+        (it marks flushed only what was there when it began), so when it ends it looks
+        again: a count reached meanwhile flushes at once, not at the time-based
+        flusher's next pass. (Leaving it to "the next append" kept the last appends
+        before a pause unreadable for up to two flusher intervals: a confirming
+        producer that waits for them sends no next append.)"""
         if partition_log in self._flushes:
-            return  # a flush is running; it or the next append covers the new data
+            return  # a flush is running: it looks again when it ends
         if self._supervisor.closed:
             return  # shutting down: closing the logs flushes them
 
         async def flush() -> None:
             try:
-                await asyncio.to_thread(partition_log.flush)
+                while True:
+                    await asyncio.to_thread(partition_log.flush)
+                    if not partition_log.flush_pending or self._supervisor.closed:
+                        break
             finally:
                 self._flushes.pop(partition_log, None)
 
