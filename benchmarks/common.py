@@ -28,6 +28,7 @@ from aiokafka07.protocol import (
     decode_multifetch_response,
     encode_multifetch_request,
 )
+from aiokafka07.testing.flush import flush_properties
 from aiokafka07.testing.process import start_broker_process
 
 __all__ = [
@@ -54,12 +55,17 @@ async def start_broker(
     settings: dict[str, str] | None = None,
     zookeeper: str | None = None,
     broker_id: int = 0,
+    flush: str = "shipped",
 ) -> tuple[asyncio.subprocess.Process, int]:
     """Start ``python -m aiokafka07 broker`` (no fsync, 4 MiB socket buffers; registered
-    in ``zookeeper`` if given); return it and its port."""
+    in ``zookeeper`` if given); return it and its port. ``flush`` names how it flushes
+    (:mod:`aiokafka07.testing.flush`): by default as 0.7.2's shipped
+    ``server.properties`` (every 10,000 messages, or about every second), what real
+    clusters run; ``settings`` (``server.properties`` keys) override anything."""
     options = {
         "socket.send.buffer": "4194304",
         "socket.receive.buffer": "4194304",
+        **flush_properties(flush),
         **(settings or {}),
     }
     process, address = await start_broker_process(

@@ -46,10 +46,14 @@ def member(zookeeper: str, *topics: str, group: str = "g", **options: Any) -> Co
 async def running_cluster(
     kafka_cluster: Any, zookeeper: str, brokers: int, partitions: int
 ) -> AsyncIterator[tuple[KafkaCluster, Producer, ZooKeeper]]:
-    """``brokers`` embedded brokers with ``partitions`` partitions per topic each, a producer
-    and a separate ZooKeeper session to read the group's znodes with: what a test starts."""
+    """``brokers`` embedded brokers with ``partitions`` partitions per topic each, flushing
+    as 0.7.2's shipped ``server.properties`` (what real clusters run: a message is read,
+    and confirmed, 1-2 s after it is written), a producer and a separate ZooKeeper session
+    to read the group's znodes with: what a test starts."""
     async with (
-        kafka_cluster(brokers, zookeeper=zookeeper, num_partitions=partitions) as cluster,
+        kafka_cluster(
+            brokers, zookeeper=zookeeper, num_partitions=partitions, flush="shipped"
+        ) as cluster,
         Producer(zookeeper=zookeeper) as producer,
         ZooKeeper(zookeeper) as zk,
     ):

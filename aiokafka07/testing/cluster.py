@@ -1,8 +1,10 @@
 """A cluster of embedded 0.7.2-compatible brokers on loopback, for tests and local work.
 
-Defaults suit tests: every produced message is visible at once (``log.flush.interval=1``,
-no fsync) instead of after 0.7.2's periodic flush. Pass any :class:`BrokerConfig`
-field (Python names) to change that.
+``flush`` names how the brokers flush (:mod:`aiokafka07.testing.flush`): by default
+``"every-message"``, so that a test reads what it wrote at once; ``"shipped"`` runs
+0.7.2's shipped ``server.properties`` (a flush every 10,000 messages or about every
+second), what real clusters run. No fsync either way. Pass any :class:`BrokerConfig`
+field (Python names) to change a setting.
 """
 
 from __future__ import annotations
@@ -12,13 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ..broker import Broker, BrokerConfig
+from .flush import FlushName, flush_fields
 
 __all__ = ["KafkaCluster"]
 
 TEST_DEFAULTS: dict[str, Any] = {
-    "log_flush_interval": 1,
-    "log_flush_fsync": False,
-    "log_default_flush_scheduler_interval_ms": 200,
     "socket_send_buffer": 1 << 20,
     "socket_receive_buffer": 1 << 20,
 }
@@ -29,6 +29,8 @@ class KafkaCluster:
 
     Use as an async context manager. Brokers keep their port and log directory across
     :meth:`stop_broker` / :meth:`start_broker`, like a restarted broker process.
+    ``flush``: ``"every-message"`` (the default: a produce is readable at once) or
+    ``"shipped"`` (0.7.2's ``server.properties``); see :mod:`aiokafka07.testing.flush`.
     """
 
     def __init__(
@@ -40,6 +42,7 @@ class KafkaCluster:
         num_partitions: int = 1,
         topic_partitions: dict[str, int] | None = None,
         first_id: int = 0,
+        flush: FlushName = "every-message",
         **broker_settings: Any,
     ) -> None:
         if size < 1:
@@ -50,8 +53,10 @@ class KafkaCluster:
             self._tmp = tempfile.TemporaryDirectory(prefix="aiokafka07-cluster-")
             log_root = self._tmp.name
         self.log_root = Path(log_root)
+        self.flush = flush
         self._settings = {
             **TEST_DEFAULTS,
+            **flush_fields(flush),
             "num_partitions": num_partitions,
             "topic_partition_count_map": dict(topic_partitions or {}),
             **broker_settings,

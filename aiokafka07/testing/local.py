@@ -17,15 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..connection import BrokerAddress
+from .flush import flush_properties
 from .process import start_broker_process, stop_broker_process
 from .zookeeper_server import ZooKeeperServer
 
 __all__ = ["PROMPT_FLUSH", "LocalCluster", "local_cluster"]
 
 #: Broker settings that make every produced message visible to consumers at once: a
-#: flush (a write to the file, no fsync) per produce request, instead of 0.7.2's flush
-#: every 500 messages or 3 s.
-PROMPT_FLUSH = {"log.flush.interval": "1", "log.flush.fsync": "false"}
+#: flush (a write to the file, no fsync) per produce request, instead of 0.7.2's shipped
+#: flush every 10,000 messages or about every second (:mod:`.flush`).
+PROMPT_FLUSH = flush_properties("every-message")
 
 #: How often :meth:`LocalCluster.wait_for_failure` looks at the ZooKeeper process.
 _POLL_INTERVAL = 0.5

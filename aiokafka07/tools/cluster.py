@@ -4,7 +4,9 @@ A real ZooKeeper (Debian's ``zookeeper`` package, installed first when missing a
 running as root) and N embedded brokers, each in a process of its own, on loopback, at
 the addresses the README's quick starts use: ZooKeeper at 127.0.0.1:2181, brokers at
 127.0.0.1:9092, 9093, ... Brokers flush every produce request, so a produced message is
-visible to consumers at once (0.7.2's defaults would hold it up to 3 s). The connect
+visible to consumers at once, and confirmed at once; ``--flush shipped`` runs 0.7.2's
+shipped ``server.properties`` instead (a flush every 10,000 messages or about every
+second: what real clusters run, where a confirmation waits up to about 2 s). The connect
 strings are printed, then the cluster runs until Ctrl-C / SIGTERM, which stops every
 process and says so. The data lives in a temporary directory removed at the end, or in
 ``--data-dir``, kept so that the next start resumes with the same topics, messages and
@@ -23,7 +25,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from ..testing.local import PROMPT_FLUSH, local_cluster
+from ..testing.flush import FLUSH, flush_properties
+from ..testing.local import local_cluster
 from ..testing.process import BrokerStartError
 from ..testing.zookeeper_server import ZooKeeperStartError
 from .common import (
@@ -47,7 +50,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Run ZooKeeper and N embedded brokers on loopback, each in a process of its own, "
         f"until Ctrl-C: ZooKeeper at 127.0.0.1:{ZOOKEEPER_PORT}, brokers at "
         f"127.0.0.1:{BROKER_PORT}, {BROKER_PORT + 1}, ... (the README's quick starts). "
-        "Every produced message is visible at once."
+        "Every produced message is visible at once (--flush shipped: as 0.7.2's "
+        "server.properties)."
     )
     parser.add_argument(
         "-n", "--brokers", type=positive_int, default=2, help="number of brokers (default 2)"
@@ -75,6 +79,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="keep ZooKeeper's data and the brokers' logs here, across runs "
         "(default: a temporary directory, removed at the end)",
+    )
+    parser.add_argument(
+        "--flush",
+        choices=sorted(FLUSH),
+        default="every-message",
+        help="how the brokers flush: every-message (the default: a message is readable "
+        "and confirmed at once), or shipped (0.7.2's config/server.properties: every "
+        "10,000 messages or about every second, what real clusters run)",
     )
     parser.add_argument(
         "--set",
@@ -108,7 +120,7 @@ def say(text: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    settings = {**PROMPT_FLUSH, **parse_settings(args.set)}
+    settings = {**flush_properties(args.flush), **parse_settings(args.set)}
     for name, value in (("--zookeeper-port", args.zookeeper_port), ("--port", args.port)):
         if not 0 <= value <= 65535 - args.brokers:
             raise CommandError(f"{name} {value} is not a port")
@@ -132,9 +144,15 @@ async def run(args: argparse.Namespace) -> int:
             print(f"brokers: {cluster.broker_list}", flush=True)
             kept = "kept" if args.data_dir else "removed at the end"
             print(f"data: {cluster.root} ({kept}; broker logs in broker-<id>.log)", flush=True)
+            flushing = (
+                "messages visible at once (--flush shipped: as 0.7.2's server.properties)"
+                if args.flush == "every-message"
+                else "0.7.2's shipped flush: a message is visible (and confirmed) after "
+                "10,000 more in its partition, or within about 2 s"
+            )
             say(
                 f"{args.brokers} brokers with {args.partitions} partitions per topic, "
-                "messages visible at once; Ctrl-C stops everything"
+                f"{flushing}; Ctrl-C stops everything"
             )
             try:
                 failure = await cluster.wait_for_failure()
