@@ -22,7 +22,7 @@ learns first (a FETCH of a partition past the last is answered WrongPartition, Â
   *behind* it shows ``end - base >= need`` for every target it wrote to;
 * the broker shows only flushed bytes, and a 0.7.2 broker flushes every
   ``log.flush.interval`` messages or every few seconds: until a claim is met, its target
-  is asked again (:class:`~aiokafka07.backoff.Backoff`, 10 ms doubling to 500 ms);
+  is asked again (:class:`~aiokafka07.backoff.Backoff`, 10 ms doubling to 100 ms);
 * a claim not met within ``request_timeout_ms`` of the produce, though the broker
   processed it, fails with :class:`~aiokafka07.errors.ProduceNotConfirmedError`
   (``processed`` True, naming the likely cause), and its bytes are written off the
@@ -40,6 +40,18 @@ whose bytes it holds.
 No 0.7 request can say more. Produces without confirm on the same connection count as
 others.
 
+**Processed, then confirmed.** The answer to the first probe behind a produce proves
+the broker processed it, long before a flush may prove it appended: a caller passes
+``processed`` to :meth:`Confirmer.submit` to learn that moment (a producer frees the
+request's place in flight then, so that confirmations trail the writes instead of
+holding them up).
+
+**When the connection closes** first, every request not settled fails; one that was
+written carries, on its error, what the ledger knew of each target not confirmed
+(:class:`~aiokafka07.errors.UnsettledClaim`: the base and the bytes written before and
+up to it), from which a producer settles it once the broker answers again
+(:mod:`aiokafka07.producer.settlement`).
+
 A confirmation may wait for the broker's flush; a produce whose bytes show only after
 ``request_timeout_ms`` is reported failed (``maybe_delivered``). Nothing here owns a task:
 probes are requests on the connection (each bounded by its timeout), polls and deadlines
@@ -51,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +78,7 @@ from .errors import (
     ProtocolError,
     RequestTimeoutError,
     UnknownError,
+    UnsettledClaim,
 )
 from .protocol import (
     LATEST,
@@ -116,7 +130,7 @@ class _Track:
         self.seen_seq = 0
         #: A poll waiting (timer) or under way (probe): at most one per target.
         self.poll: asyncio.TimerHandle | _Probe | None = None
-        self.backoff = Backoff(0.01, 0.5)
+        self.backoff = Backoff(0.01, 0.1)
 
     def describe(self) -> str:
         topic, partition = self.key
@@ -126,9 +140,25 @@ class _Track:
 class _Request:
     """One confirmed produce: its result future and what it waits for."""
 
-    __slots__ = ("claims", "expired", "future", "last", "seq", "timer", "written")
+    __slots__ = (
+        "claims",
+        "deadline",
+        "expired",
+        "future",
+        "last",
+        "processed",
+        "seq",
+        "timer",
+        "written",
+    )
 
-    def __init__(self, future: asyncio.Future[int | None], seq: int, written: asyncio.Future[None]):
+    def __init__(
+        self,
+        future: asyncio.Future[int | None],
+        seq: int,
+        written: asyncio.Future[None],
+        processed: Callable[[], None] | None,
+    ):
         self.future = future
         self.seq = seq
         #: Resolved once the produce frame is handed to the socket.
@@ -137,6 +167,11 @@ class _Request:
         self.last: _Track | None = None
         self.expired = False
         self.timer: asyncio.TimerHandle | None = None
+        #: ``time.monotonic()`` when its confirmation gives up (``request_timeout_ms``).
+        self.deadline = 0.0
+        #: Called once, when the broker is proven to have processed the produce or its
+        #: outcome is settled, whichever comes first (then set to None).
+        self.processed = processed
 
 
 class _Claim:
@@ -207,6 +242,8 @@ class Confirmer:
         #: The last frame :meth:`prepare` read, and what :meth:`check` makes of it.
         self._prepared: tuple[bytes, dict[Target, int]] | None = None
         self._requests: dict[int, _Request] = {}
+        #: Requests with a ``processed`` callback still to call, in order.
+        self._unprocessed: collections.deque[_Request] = collections.deque()
         #: Confirmed produces queued so far, and the last one proven processed.
         self._seq = 0
         self._processed = 0
@@ -313,6 +350,7 @@ class Confirmer:
         frame: bytes,
         sizes: dict[Target, int] | None = None,
         future: asyncio.Future[int | None] | None = None,
+        processed: Callable[[], None] | None = None,
     ) -> asyncio.Future[int | None]:
         """Queue a PRODUCE / MULTIPRODUCE frame with its probes now; return its future.
 
@@ -321,9 +359,14 @@ class Confirmer:
         returned for this frame; without it the frame is checked here. ``future``: the
         one to settle (a caller's that waits already, settled here without a future
         chained in between, which would cost a loop iteration); one is made when None.
-        A future done meanwhile (its caller gave up) is left as it is. Everything is
-        checked before anything is queued: a frame with no entries, a partition below
-        -1, or a topic sent to partition -1 without :meth:`prepare` raise.
+        A future done meanwhile (its caller gave up) is left as it is. ``processed`` is
+        called once, as soon as the broker is proven to have processed the produce (the
+        answer to a request queued behind it came), or when its outcome is settled if
+        that comes first: confirmation waits for the broker's flush, processing does not,
+        so a caller that bounds its requests in flight counts them until then, and
+        confirmations trail without holding the pipeline. Everything is checked before
+        anything is queued: a frame with no entries, a partition below -1, or a topic
+        sent to partition -1 without :meth:`prepare` raise.
         """
         if sizes is None:
             sizes = self.check(frame)
@@ -341,8 +384,10 @@ class Confirmer:
         self._seq += 1
         if future is None:
             future = loop.create_future()
-        request = _Request(future, self._seq, written)
+        request = _Request(future, self._seq, written, processed)
         self._requests[request.seq] = request
+        if processed is not None:
+            self._unprocessed.append(request)
         for key, size in sizes.items():
             track = self._tracks[key]
             track.written += size
@@ -353,6 +398,7 @@ class Confirmer:
         for claim in request.claims:
             self._probe(claim.track, base=False)
         request.timer = loop.call_later(self.request_timeout_ms / 1000, self._deadline, request)
+        request.deadline = time.monotonic() + self.request_timeout_ms / 1000
         return request.future
 
     def _probe(self, track: _Track, *, base: bool) -> _Probe:
@@ -395,15 +441,29 @@ class Confirmer:
         track = probe.track
         if track.poll is probe:
             track.poll = None
+        # Answers come in request order: every produce queued before the probe was
+        # processed by the broker.
+        if probe.seq > self._processed:
+            self._processed = probe.seq
+            self._notify_processed()
         if probe.base:
             track.base = probe.total
             return
         if probe.seq >= track.seen_seq:
             track.seen, track.seen_seq = probe.total, probe.seq
-        # Answers come in request order: every produce queued before the probe was
-        # processed by the broker.
-        self._processed = max(self._processed, probe.seq)
         self._check(track)
+
+    def _notify_processed(self) -> None:
+        """Call the ``processed`` callback of every request proven processed so far."""
+        waiting = self._unprocessed
+        while waiting and waiting[0].seq <= self._processed:
+            self._call_processed(waiting.popleft())
+
+    @staticmethod
+    def _call_processed(request: _Request) -> None:
+        callback, request.processed = request.processed, None
+        if callback is not None:
+            callback()
 
     def _check(self, track: _Track) -> None:
         """Settle what ``track``'s latest reading decides, and what write-offs then
@@ -441,6 +501,7 @@ class Confirmer:
             assert request.last is not None
             if not request.future.done():
                 request.future.set_result(request.last.seen)
+            request.claims = []  # a request and its claims refer to each other: not left to gc
 
     def _schedule_poll(self, track: _Track) -> None:
         if track.poll is not None or self._closing:
@@ -496,6 +557,7 @@ class Confirmer:
         )
         if not request.future.done():
             request.future.set_exception(error)
+        request.claims = []  # a request and its claims refer to each other: not left to gc
         return [c.track for c in unmet]
 
     def _settle(self, request: _Request) -> None:
@@ -503,6 +565,7 @@ class Confirmer:
         if request.timer is not None:
             request.timer.cancel()
             request.timer = None
+        self._call_processed(request)  # settled first (its entry stays in line: harmless)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -520,17 +583,44 @@ class Confirmer:
                     self._answered(probe, future)
         self._closed = True
         self._probes.clear()
+        requests, self._requests = self._requests, {}
+        # What each request's unmet claims needed, before the ledger is cleared.
+        unsettled = {seq: self._unsettled(request) for seq, request in requests.items()}
         for track in self._tracks.values():
             if isinstance(track.poll, asyncio.TimerHandle):
                 track.poll.cancel()
             track.poll = None
             track.claims.clear()
-        requests, self._requests = self._requests, {}
-        for request in requests.values():
+        waiting, self._unprocessed = self._unprocessed, collections.deque()
+        for request in waiting:
+            self._call_processed(request)  # no longer in flight on this connection
+        for seq, request in requests.items():
             if request.timer is not None:
                 request.timer.cancel()
             if not request.future.done():
-                request.future.set_exception(self._closed_error(request, reason, local=local))
+                error = self._closed_error(request, reason, local=local)
+                if error.maybe_delivered:
+                    error.claims = unsettled[seq]
+                request.future.set_exception(error)
+
+    def _unsettled(self, request: _Request) -> tuple[UnsettledClaim, ...]:
+        """The ledger's knowledge of ``request``'s unmet claims (its other targets were
+        confirmed): what settling it later from the log ends takes."""
+        processed = request.seq <= self._processed
+        return tuple(
+            UnsettledClaim(
+                claim.track.key[0],
+                claim.track.key[1],
+                claim.track.partitions,
+                claim.track.base,
+                claim.need - claim.size,
+                claim.need,
+                processed=processed,
+                deadline=request.deadline,
+            )
+            for claim in request.claims
+            if not claim.met
+        )
 
     def _closed_error(
         self, request: _Request, reason: KafkaConnectionError, *, local: bool

@@ -652,7 +652,13 @@ class BrokerConnection(asyncio.BufferedProtocol):
         """
         await self._produce(frame, confirm=False)
 
-    def submit_produce(self, frame: bytes, *, confirm: bool) -> asyncio.Future[int | None]:
+    def submit_produce(
+        self,
+        frame: bytes,
+        *,
+        confirm: bool,
+        processed: Callable[[], None] | None = None,
+    ) -> asyncio.Future[int | None]:
         """Queue a PRODUCE / MULTIPRODUCE frame now; return its outcome as a future.
 
         The ordering guarantee a producer builds on: frames are written in the order of
@@ -671,11 +677,22 @@ class BrokerConnection(asyncio.BufferedProtocol):
         delivered) or :class:`KafkaConnectionError` with ``maybe_delivered`` False (never
         written). Without, it gets None once the frame is written to the socket.
         Cancelling the future never takes the frame back.
+
+        ``processed`` (with ``confirm``): called once, as soon as the broker is proven to
+        have processed the produce (the answer to a request queued behind it came), or
+        the outcome is settled first. Confirmation waits for the broker's flush;
+        processing does not: a caller bounding its requests in flight counts each until
+        this call, so that confirmations trail the writes instead of holding them up.
         """
-        return self._submit_produce(frame, confirm=confirm, keep=True)[0]
+        return self._submit_produce(frame, confirm=confirm, keep=True, processed=processed)[0]
 
     def _submit_produce(
-        self, frame: bytes, *, confirm: bool, keep: bool
+        self,
+        frame: bytes,
+        *,
+        confirm: bool,
+        keep: bool,
+        processed: Callable[[], None] | None = None,
     ) -> tuple[asyncio.Future[int | None], bool]:
         """Take a place for a produce frame (see :meth:`_submit`): its outcome, and
         whether it was queued at once."""
@@ -685,7 +702,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         # With confirm, refused before it takes a place; the sizes go with it to its turn.
         sizes = self._confirmer.check(frame) if confirm else None
         result: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        enqueue = functools.partial(self._queue_produce, frame, result, sizes)
+        enqueue = functools.partial(self._queue_produce, frame, result, sizes, processed)
         return result, self._submit(size, enqueue, result, keep=keep, answers=confirm)
 
     def _queue_produce(
@@ -693,6 +710,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         frame: bytes,
         result: asyncio.Future[int | None],
         sizes: dict[tuple[str, int], int] | None,
+        processed: Callable[[], None] | None = None,
     ) -> None:
         """Its turn came: queue the frame (with confirm, i.e. ``sizes`` from the ledger's
         check: through the ledger, which queues its probes around it, and whose outcome
@@ -701,7 +719,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
             self._conversation.send_produce(frame, result)
             self._queued()
             return
-        self._confirmer.submit(frame, sizes, result)
+        self._confirmer.submit(frame, sizes, result, processed)
 
     async def prepare_confirm(self, frame: bytes) -> None:
         """Make ``frame`` ready for :meth:`submit_produce` with confirm: learn the

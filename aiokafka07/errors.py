@@ -12,7 +12,7 @@ does the lookup, and any other code maps to :class:`UnknownError` as in Java.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 __all__ = [
     "BridgeError",
@@ -20,6 +20,8 @@ __all__ = [
     "CommitFailedError",
     "CompressionError",
     "ConsumerStoppedError",
+    "DeliveryTimeoutError",
+    "DeliveryUnknownError",
     "DeserializationError",
     "IllegalStateError",
     "InvalidConfigError",
@@ -41,6 +43,7 @@ __all__ = [
     "UnknownCodecError",
     "UnknownError",
     "UnknownMagicError",
+    "UnsettledClaim",
     "ZNodeConflictError",
     "ZooKeeperError",
     "error_for_code",
@@ -183,20 +186,57 @@ class InvalidConfigError(KafkaError, ValueError, TypeError):
     """
 
 
+class UnsettledClaim(NamedTuple):
+    """What a connection's confirm ledger knew of one target of a confirmed produce it
+    could not settle before it closed (:mod:`aiokafka07.confirm`): enough to settle it
+    later from the target's log end, read on another connection.
+
+    ``partitions`` are the partitions whose ends add up to the target's (one, or all of
+    the topic's on the broker for ``partition`` -1). ``base`` is the target's log end
+    before the connection's first confirmed produce to it (None: never read).
+    ``written_before`` and ``written`` count the bytes the connection wrote to the target
+    from ``base`` on, before this produce and up to its end: its bytes are in the log iff
+    the log grew by ``written``, and none of them is while it grew by at most
+    ``written_before`` (whatever else was written, if the log shows every byte appended).
+    ``processed``: the broker was proven to have processed the produce (so it appended
+    it, unless it dropped a message over its ``max.message.size``), which its log shows
+    at its next flush; ``deadline`` (``time.monotonic()``) is when a confirmation would
+    have given up waiting for that (``request_timeout_ms`` after the produce).
+    """
+
+    topic: str
+    partition: int
+    partitions: range
+    base: int | None
+    written_before: int
+    written: int
+    processed: bool = False
+    deadline: float = 0.0
+
+
 class KafkaConnectionError(KafkaError):
     """A broker connection could not be opened, or broke with a request outstanding.
 
     ``maybe_delivered`` says whether the request may have reached the broker: False when
     it was never written (the connection failed first), True when it was written and the
-    answer (or, for a produce, the proof of processing) never came.
+    answer (or, for a produce, the proof of processing) never came. ``claims``: for a
+    confirmed produce written and not settled when the connection closed, what its ledger
+    knew of each target (:class:`UnsettledClaim`), so that a producer can settle it from
+    the log end once the broker is back; None otherwise.
     """
 
     def __init__(
-        self, message: str, *, broker: str | None = None, maybe_delivered: bool = False
+        self,
+        message: str,
+        *,
+        broker: str | None = None,
+        maybe_delivered: bool = False,
+        claims: tuple[UnsettledClaim, ...] | None = None,
     ) -> None:
         super().__init__(message)
         self.broker = broker
         self.maybe_delivered = maybe_delivered
+        self.claims = claims
 
 
 class RequestTimeoutError(KafkaConnectionError):
@@ -230,11 +270,41 @@ class ProduceNotConfirmedError(KafkaConnectionError):
         processed: bool = False,
         partitions: frozenset[tuple[str, int]] | None = None,
         refused: bool = False,
+        claims: tuple[UnsettledClaim, ...] | None = None,
     ) -> None:
-        super().__init__(message, broker=broker, maybe_delivered=maybe_delivered)
+        super().__init__(message, broker=broker, maybe_delivered=maybe_delivered, claims=claims)
         self.processed = processed
         self.partitions = partitions
         self.refused = refused
+
+
+class DeliveryUnknownError(ProduceNotConfirmedError):
+    """A producer cannot tell whether these messages were appended: it wrote them, and
+    neither a confirmation nor the log end read once the broker was back decided it
+    (with ``on_unconfirmed="fail"``, or once ``delivery_timeout_ms`` ran out). They may be
+    in the log, once. ``maybe_delivered`` is always True; the cause is the error that
+    left the outcome open. Every other failed produce future means *not appended*.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        broker: str | None = None,
+        partitions: frozenset[tuple[str, int]] | None = None,
+    ) -> None:
+        super().__init__(message, broker=broker, maybe_delivered=True, partitions=partitions)
+
+
+class DeliveryTimeoutError(KafkaError):
+    """Messages not delivered within the producer's ``delivery_timeout_ms`` of their
+    ``send()``, and not appended: never written, or written and proven absent from the
+    log. ``last_error`` (also the ``__cause__``) is why the last attempt failed, None if
+    none was made (the messages waited in the buffer all along)."""
+
+    def __init__(self, message: str, *, last_error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.last_error = last_error
 
 
 class QueueFullError(KafkaError):
@@ -248,10 +318,12 @@ class NoBrokersError(KafkaError):
 class ProducerClosedError(KafkaError):
     """The producer is closed, or closed without delivering everything it accepted.
 
-    ``undelivered`` counts the messages that were not delivered; ``causes`` maps each
-    (topic, broker id, partition) to how many failed there of each cause (the exception
-    class name), so they add up to ``undelivered``; ``errors`` maps each place to the
-    last error seen for it.
+    ``undelivered`` counts the messages that were not delivered; ``unknown`` how many of
+    them may have been appended all the same (their futures failed with an error whose
+    ``maybe_delivered`` is True, such as :class:`DeliveryUnknownError`): the others
+    are not in the log. ``causes`` maps each (topic, broker id, partition) to how many
+    failed there of each cause (the exception class name), so they add up to
+    ``undelivered``; ``errors`` maps each place to the last error seen for it.
     """
 
     def __init__(
@@ -261,9 +333,11 @@ class ProducerClosedError(KafkaError):
         undelivered: int = 0,
         errors: dict[tuple[str, int | None, int], BaseException] | None = None,
         causes: dict[tuple[str, int | None, int], dict[str, int]] | None = None,
+        unknown: int = 0,
     ) -> None:
         super().__init__(message)
         self.undelivered = undelivered
+        self.unknown = unknown
         self.errors = errors or {}
         self.causes = causes or {}
 

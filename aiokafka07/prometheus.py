@@ -60,7 +60,17 @@ _PRODUCER_COUNTERS: _Table = (
     ("batches_sent", "producer_batches_sent", "Message sets (batches) delivered."),
     ("requests_sent", "producer_requests_sent", "PRODUCE requests written to a broker."),
     ("retries", "producer_retried_messages", "Messages sent again after a failure."),
-    ("messages_failed", "producer_messages_failed", "Messages that could not be delivered."),
+    ("messages_failed", "producer_messages_failed", "Messages that failed and are not in the log."),
+    (
+        "messages_unknown",
+        "producer_messages_unknown",
+        "Messages that failed with an outcome nobody could settle: they may be in the log.",
+    ),
+    (
+        "settled",
+        "producer_settled_messages",
+        "Messages whose connection closed before they were confirmed, settled from the log end.",
+    ),
 )
 _PRODUCER_GAUGES: _Table = (
     ("queued_messages", "producer_queued_messages", "Messages accepted and not yet ended."),

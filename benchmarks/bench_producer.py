@@ -1,8 +1,28 @@
-"""Producer CPU per message, as a ratio to a floor measured in the same run.
+"""Producer throughput at its defaults, and CPU per message as a ratio to a floor, against
+brokers flushing as real 0.7.2 clusters do, measured in the same run.
 
-Workload: ``--messages`` messages of 100 B (40 random bytes, 60 filler) per run, to one
-embedded broker in its own process (its own core), static mode (``broker.list``), batches
-of 1000. Four clients send the same messages:
+Every figure is taken for each of two brokers, each in its own process (its own core),
+one partition, static mode (``broker.list``), interleaved (``--flush``):
+
+* **shipped**: 0.7.2's shipped ``config/server.properties``, what real clusters run: a
+  flush every 10,000 messages, or once the flusher (every second) finds a log's last
+  flush a second old. A confirmation waits for the flush that shows the bytes.
+* **every-message**: a flush per produce request (``log.flush.interval=1``), what quick
+  starts and tests run: every produce is confirmed as soon as it is processed.
+
+**Defaults, the row users meet first.** ``Producer(brokers=...)`` with nothing else set
+(confirm on), ``await send()`` in a loop over ``--defaults-messages`` messages of 100 B,
+then ``flush()``; and the same with ``confirm=False``. Measured in wall-clock time: the
+rate while sending (until the last ``send()`` returned: the buffer holds back the loop
+once it is full, so this is the pace at which confirmations free it) and end to end
+(until ``flush()`` returned); the **tail** (from the last ``send()`` to ``flush()``
+returning: with confirm, the wait for the broker's flush of the last messages, on its
+timer when fewer than 10,000 follow them; the default count, 1,005,000, leaves 5,000
+so); and this process's CPU time per message. Printed: each figure's median and spread,
+and the ratio confirm / ``confirm=False`` per round.
+
+**CPU per message against floors.** ``--messages`` messages of 100 B (40 random bytes,
+60 filler) per run, batches of 1000. Four clients send the same messages:
 
 * **floor**: a minimal asyncio client with the same ``future = await send(value)`` shape,
   writing MULTIPRODUCE frames encoded before timing starts (same messages, same codec,
@@ -24,7 +44,10 @@ of 1000. Four clients send the same messages:
   batch). Not a floor of the client's own work but a bound on what any client that
   encodes can reach: its ratio to the floor of the same shape is the least a producer's
   ratio can be, whatever its machinery costs.
-* **send**: ``await producer.send(topic, value)`` per message, against the floor.
+* **send**: ``await producer.send(topic, value)`` per message, against the floor. (With
+  its C accelerator the producer keeps a message's future off the cyclic garbage
+  collector's lists while it holds it pending, which Python code cannot do: the floors'
+  futures stay on them, and the collector walks those it finds alive.)
 * **send_batch**: ``batch.append(value)`` until full, then ``await producer.send_batch()``,
   against the batch floor.
 
@@ -47,7 +70,8 @@ their shape (what the client's own machinery adds).
 
 The script prints the ratios only, never a verdict against a fixed number.
 
-Run: ``python benchmarks/bench_producer.py [--messages N] [--rounds R] [--loop L] [--json]``.
+Run: ``python benchmarks/bench_producer.py [--messages N] [--defaults-messages N]
+[--rounds R] [--flush F] [--loop L] [--json]``.
 
 ``--loop``: the event loop(s), see ``common.on_each_loop``.
 """
@@ -57,7 +81,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import gc
+import itertools
 import json
 import os
 import random
@@ -65,7 +91,7 @@ import socket
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, cast
 
 from common import add_loop_option, on_each_loop, spread, start_broker
@@ -83,6 +109,8 @@ Future = asyncio.Future
 PAYLOAD = 100
 BATCH = 1000
 CODECS = ("none", "gzip", "snappy")
+#: How the brokers flush (aiokafka07.testing.flush): 0.7.2's shipped settings first.
+FLUSHES = ("shipped", "every-message")
 VARIANTS = ("floor", "batch_floor", "enc_floor", "enc_batch_floor", "send", "send_batch")
 #: Each measured variant's floor: the minimal client of the same shape.
 FLOOR_OF = {"send": "floor", "send_batch": "batch_floor"}
@@ -329,95 +357,218 @@ async def count_messages(port: int, topic: str) -> int:
     return count
 
 
-async def run(messages: int, rounds: int) -> dict[str, Any]:
+async def run_defaults(
+    port: int, payloads: Iterable[bytes], count: int, confirm: bool
+) -> dict[str, float]:
+    """``Producer(brokers=...)`` at its defaults (but ``confirm``): ``await send()`` in a
+    loop, then ``flush()``. Wall seconds until the last send() returned and until
+    flush() returned, and CPU seconds of this process."""
+    topic = f"defaults-{'confirm' if confirm else 'fire'}"
+    async with Producer(brokers=f"0:127.0.0.1:{port}", confirm=confirm) as p:
+        cpu, started = time.process_time(), time.perf_counter()
+        for value in payloads:
+            await p.send(topic, value)
+        sent = time.perf_counter()
+        await p.flush()
+        done = time.perf_counter()
+        cpu = time.process_time() - cpu
+        check(p, count)
+    return {
+        "sending": sent - started,
+        "end_to_end": done - started,
+        "tail": done - sent,
+        "cpu": cpu,
+    }
+
+
+async def run(
+    messages: int, defaults_messages: int, rounds: int, flushes: list[str]
+) -> dict[str, Any]:
     rng = random.Random(5)
     payloads = [rng.randbytes(40) + b"p" * (PAYLOAD - 40) for _ in range(messages)]
     groups = [(codec, confirm) for codec in CODECS for confirm in (True, False)]
-    cpu: dict[tuple[str, bool, str], list[float]] = collections.defaultdict(list)
+    cpu: dict[tuple[str, str, bool, str], list[float]] = collections.defaultdict(list)
+    defaults: dict[tuple[str, bool], list[dict[str, float]]] = collections.defaultdict(list)
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="bench-producer-") as log_dir:
-        proc, port = await start_broker(log_dir, partitions=1)
+    with contextlib.ExitStack() as stack:
+        ports: dict[str, int] = {}
+        procs = []
         try:
+            for flush in flushes:
+                log_dir = stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix=f"bench-producer-{flush}-")
+                )
+                proc, ports[flush] = await start_broker(log_dir, partitions=1, flush=flush)
+                procs.append(proc)
             for round_ in range(rounds):
-                for codec, confirm in groups:
-                    shift = round_ % len(VARIANTS)
-                    for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                for flush in flushes:
+                    port = ports[flush]
+                    for codec, confirm in groups:
+                        shift = round_ % len(VARIANTS)
+                        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                            gc.collect()
+                            seconds = await RUNNERS[variant](port, payloads, codec, confirm)
+                            cpu[(flush, codec, confirm, variant)].append(seconds / messages)
+                        encoding = encode_only(payloads, codec)
+                        cpu[(flush, codec, confirm, "encode")].append(encoding / messages)
+                    for confirm in (True, False) if round_ % 2 == 0 else (False, True):
                         gc.collect()
-                        seconds = await RUNNERS[variant](port, payloads, codec, confirm)
-                        cpu[(codec, confirm, variant)].append(seconds / messages)
-                    encoding = encode_only(payloads, codec)
-                    cpu[(codec, confirm, "encode")].append(encoding / messages)
-            for codec, confirm in groups:
-                for variant in VARIANTS:
-                    topic = topic_of(variant, codec, confirm)
+                        cycle = itertools.islice(itertools.cycle(payloads), defaults_messages)
+                        figures = await run_defaults(port, cycle, defaults_messages, confirm)
+                        defaults[(flush, confirm)].append(figures)
+            for flush in flushes:
+                port = ports[flush]
+                for codec, confirm in groups:
+                    for variant in VARIANTS:
+                        topic = topic_of(variant, codec, confirm)
+                        found = await count_messages(port, topic)
+                        if found != rounds * messages:
+                            raise RuntimeError(
+                                f"{flush}: {topic}: {found} of {rounds * messages} in the log"
+                            )
+                for confirm in (True, False):
+                    topic = f"defaults-{'confirm' if confirm else 'fire'}"
                     found = await count_messages(port, topic)
-                    if found != rounds * messages:
-                        raise RuntimeError(f"{topic}: {found} of {rounds * messages} in the log")
+                    if found != rounds * defaults_messages:
+                        raise RuntimeError(
+                            f"{flush}: {topic}: {found} of {rounds * defaults_messages} in the log"
+                        )
         finally:
-            proc.terminate()
-            await proc.wait()
+            for proc in procs:
+                proc.terminate()
+                await proc.wait()
     load_after = os.getloadavg()
     results = []
-    for codec, confirm in groups:
-        entry: dict[str, Any] = {"codec": codec, "confirm": confirm}
-        encode = cpu[(codec, confirm, "encode")]
-        entry["encode_ns_per_message"] = statistics.median(encode) * 1e9
-        for variant in VARIANTS:
-            per_message = cpu[(codec, confirm, variant)]
-            entry[f"{variant}_ns_per_message"] = statistics.median(per_message) * 1e9
-            if variant in FLOOR_OF:
-                floor = cpu[(codec, confirm, FLOOR_OF[variant])]
-                entry[f"{variant}_floor"] = FLOOR_OF[variant]
-                ratios = [v / f for v, f in zip(per_message, floor, strict=True)]
-                entry[f"{variant}_over_floor"] = spread(ratios)
-                # The same without the codec's work (encoding the same messages, timed
-                # in the same round), which the floor never does.
-                rest = [(v - e) / f for v, e, f in zip(per_message, encode, floor, strict=True)]
-                entry[f"{variant}_less_encoding_over_floor"] = spread(rest)
-                # Against the floor that encodes inline, and that floor against the
-                # pre-encoded one (the least any encoding client's ratio can be).
-                bound = ENCODING_FLOOR_OF[variant]
-                inline = cpu[(codec, confirm, bound)]
-                entry[f"{variant}_encoding_floor"] = bound
-                entry[f"{variant}_over_encoding_floor"] = spread(
-                    [v / e for v, e in zip(per_message, inline, strict=True)]
-                )
-                entry[f"{bound}_over_floor"] = spread(
-                    [e / f for e, f in zip(inline, floor, strict=True)]
-                )
-        results.append(entry)
+    for flush in flushes:
+        for codec, confirm in groups:
+            results.append(cpu_entry(cpu, flush, codec, confirm))
     return {
         "messages": messages,
+        "defaults_messages": defaults_messages,
         "rounds": rounds,
         "payload_bytes": PAYLOAD,
         "batch": BATCH,
+        "flushes": flushes,
         "load_before": list(load_before),
         "load_after": list(load_after),
+        "defaults": [defaults_entry(defaults, flush, defaults_messages) for flush in flushes],
         "runs": results,
     }
+
+
+def defaults_entry(
+    defaults: dict[tuple[str, bool], list[dict[str, float]]], flush: str, count: int
+) -> dict[str, Any]:
+    """The defaults rows of one broker: rates, tail and CPU with confirm and without, and
+    their ratios per round."""
+    on, off = defaults[(flush, True)], defaults[(flush, False)]
+    entry: dict[str, Any] = {"flush": flush}
+    for name, runs in (("confirm", on), ("no_confirm", off)):
+        entry[name] = {
+            "sending_rate": spread([count / r["sending"] for r in runs]),
+            "end_to_end_rate": spread([count / r["end_to_end"] for r in runs]),
+            "tail_ms": spread([r["tail"] * 1000 for r in runs]),
+            "cpu_ns_per_message": spread([r["cpu"] / count * 1e9 for r in runs]),
+        }
+    entry["sending_rate_ratio"] = spread(
+        [b["sending"] / a["sending"] for a, b in zip(on, off, strict=True)]
+    )
+    entry["end_to_end_rate_ratio"] = spread(
+        [b["end_to_end"] / a["end_to_end"] for a, b in zip(on, off, strict=True)]
+    )
+    entry["cpu_ratio"] = spread([a["cpu"] / b["cpu"] for a, b in zip(on, off, strict=True)])
+    return entry
+
+
+def cpu_entry(
+    cpu: dict[tuple[str, str, bool, str], list[float]], flush: str, codec: str, confirm: bool
+) -> dict[str, Any]:
+    """The CPU rows of one codec and confirm setting against one broker."""
+    entry: dict[str, Any] = {"flush": flush, "codec": codec, "confirm": confirm}
+    encode = cpu[(flush, codec, confirm, "encode")]
+    entry["encode_ns_per_message"] = statistics.median(encode) * 1e9
+    for variant in VARIANTS:
+        per_message = cpu[(flush, codec, confirm, variant)]
+        entry[f"{variant}_ns_per_message"] = statistics.median(per_message) * 1e9
+        if variant in FLOOR_OF:
+            floor = cpu[(flush, codec, confirm, FLOOR_OF[variant])]
+            entry[f"{variant}_floor"] = FLOOR_OF[variant]
+            ratios = [v / f for v, f in zip(per_message, floor, strict=True)]
+            entry[f"{variant}_over_floor"] = spread(ratios)
+            # The same without the codec's work (encoding the same messages, timed in
+            # the same round), which the floor never does.
+            rest = [(v - e) / f for v, e, f in zip(per_message, encode, floor, strict=True)]
+            entry[f"{variant}_less_encoding_over_floor"] = spread(rest)
+            # Against the floor that encodes inline, and that floor against the
+            # pre-encoded one (the least any encoding client's ratio can be).
+            bound = ENCODING_FLOOR_OF[variant]
+            inline = cpu[(flush, codec, confirm, bound)]
+            entry[f"{variant}_encoding_floor"] = bound
+            entry[f"{variant}_over_encoding_floor"] = spread(
+                [v / e for v, e in zip(per_message, inline, strict=True)]
+            )
+            entry[f"{bound}_over_floor"] = spread(
+                [e / f for e, f in zip(inline, floor, strict=True)]
+            )
+    return entry
 
 
 def render(r: dict[str, Any]) -> str:
     def ratio(x: dict[str, float]) -> str:
         return f"{x['median']:5.2f}x ({x['min']:.2f}-{x['max']:.2f})"
 
+    def rate(x: dict[str, float]) -> str:
+        return f"{x['median'] / 1000:6.0f}k ({x['min'] / 1000:.0f}-{x['max'] / 1000:.0f})"
+
+    def ms(x: dict[str, float]) -> str:
+        return f"{x['median']:6.0f} ({x['min']:.0f}-{x['max']:.0f})"
+
     lines = [
-        f"Producer CPU per message (this process), {r['messages']:,} messages of "
-        f"{r['payload_bytes']} B per run, batches of {r['batch']}, {r['rounds']} interleaved "
-        "rounds, broker in its own process",
+        f"Producer at its defaults and CPU per message (this process), {r['rounds']} "
+        "interleaved rounds, each broker in its own process, one partition, brokers "
+        f"flushing as: {', '.join(r['flushes'])}",
         "load average (1/5/15 min) before: {:.2f} {:.2f} {:.2f}, after: "
         "{:.2f} {:.2f} {:.2f}".format(*r["load_before"], *r["load_after"]),
+        "",
+        f"defaults: Producer(brokers=...) with nothing else set, `await send()` in a loop over "
+        f"{r['defaults_messages']:,} messages of {r['payload_bytes']} B, then flush(); "
+        "median (min-max) over rounds;",
+        "rates in messages/s of wall-clock time: while sending (until the last send() "
+        "returned) and end to end (until flush() returned); tail: last send() to flush() "
+        "returning;",
+        "on / off: the ratio confirm / confirm=False per round, of the rates and of the "
+        "CPU per message",
+        f"  {'flush':<15}{'confirm':<9}{'sending':>17}{'end to end':>17}{'tail ms':>16}"
+        f"{'CPU ns':>16}",
+    ]
+    for entry in r["defaults"]:
+        for name, label in (("confirm", "on"), ("no_confirm", "off")):
+            row = entry[name]
+            lines.append(
+                f"  {entry['flush']:<15}{label:<9}{rate(row['sending_rate']):>17}"
+                f"{rate(row['end_to_end_rate']):>17}{ms(row['tail_ms']):>16}"
+                f"{ms(row['cpu_ns_per_message']):>16}"
+            )
+        lines.append(
+            f"  {entry['flush']:<15}{'on / off':<9}{ratio(entry['sending_rate_ratio']):>17}"
+            f"{ratio(entry['end_to_end_rate_ratio']):>17}{'':>16}"
+            f"{ratio(entry['cpu_ratio']):>16}"
+        )
+    lines += [
+        "",
+        f"CPU per message against floors, {r['messages']:,} messages of "
+        f"{r['payload_bytes']} B per run, batches of {r['batch']}",
         "ratios: median over rounds of (variant / its floor in the same round), (min-max):",
         "send over the floor (a future per message), send_batch over the batch floor (a",
         "future per batch); 'less encoding': the same with the codec's own CPU (encode ns,",
         "timed in the same round) taken out of the variant, since floors send pre-encoded frames",
-        f"  {'codec':<7}{'confirm':<9}{'floor ns':>9}{'encode ns':>10}{'send ns':>9}  "
+        f"  {'flush':<15}{'codec':<7}{'confirm':<9}{'floor ns':>9}{'encode ns':>10}{'send ns':>9}  "
         f"{'send / floor':<21}{'less encoding':<21}{'b.floor ns':>11}{'batch ns':>9}  "
         f"{'send_batch / b.floor':<21}{'less encoding':<21}",
     ]
     for run in r["runs"]:
         lines.append(
-            f"  {run['codec']:<7}{'on' if run['confirm'] else 'off':<9}"
+            f"  {run['flush']:<15}{run['codec']:<7}{'on' if run['confirm'] else 'off':<9}"
             f"{run['floor_ns_per_message']:>9.0f}{run['encode_ns_per_message']:>10.0f}"
             f"{run['send_ns_per_message']:>9.0f}  {ratio(run['send_over_floor']):<21}"
             f"{ratio(run['send_less_encoding_over_floor']):<21}"
@@ -430,13 +581,13 @@ def render(r: dict[str, Any]) -> str:
         "against floors that encode each frame inline (e.floor, e.b.floor): the encoding",
         "floor over the pre-encoded one is the least any client that encodes can reach;",
         "the producer over the encoding floor is what its own machinery adds",
-        f"  {'codec':<7}{'confirm':<9}{'e.floor ns':>11}  {'e.floor / floor':<21}"
+        f"  {'flush':<15}{'codec':<7}{'confirm':<9}{'e.floor ns':>11}  {'e.floor / floor':<21}"
         f"{'send / e.floor':<21}{'e.b.floor ns':>13}  {'e.b.floor / b.floor':<21}"
         f"{'send_batch / e.b.floor':<21}",
     ]
     for run in r["runs"]:
         lines.append(
-            f"  {run['codec']:<7}{'on' if run['confirm'] else 'off':<9}"
+            f"  {run['flush']:<15}{run['codec']:<7}{'on' if run['confirm'] else 'off':<9}"
             f"{run['enc_floor_ns_per_message']:>11.0f}  "
             f"{ratio(run['enc_floor_over_floor']):<21}"
             f"{ratio(run['send_over_encoding_floor']):<21}"
@@ -450,15 +601,34 @@ def render(r: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument(
+        "--defaults-messages",
+        type=int,
+        default=1_005_000,
+        help="messages per run of the defaults rows (default 1,005,000: the last 5,000 "
+        "wait for the shipped broker's flush timer)",
+    )
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--flush",
+        choices=(*FLUSHES, "both"),
+        default="both",
+        help="how the broker flushes: shipped (0.7.2's server.properties), every-message, "
+        "or both (the default), interleaved",
+    )
     parser.add_argument("--json", action="store_true")
     add_loop_option(parser)
     args = parser.parse_args()
     if args.messages < BATCH or args.messages % BATCH:
         parser.error(f"--messages must be a positive multiple of {BATCH}")
+    if args.defaults_messages < 1:
+        parser.error("--defaults-messages must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    results = on_each_loop(args.loop, lambda: run(args.messages, args.rounds))
+    flushes = list(FLUSHES) if args.flush == "both" else [args.flush]
+    results = on_each_loop(
+        args.loop, lambda: run(args.messages, args.defaults_messages, args.rounds, flushes)
+    )
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -130,12 +130,30 @@ def test_consumer_benchmark_reports_ratios_to_its_floor_and_request_rates() -> N
 
 
 def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
-    loops = run_json("bench_producer.py", "--messages", "5000", "--rounds", "2")["loops"]
+    loops = run_json(
+        "bench_producer.py", "--messages", "5000", "--defaults-messages", "25000", "--rounds", "2"
+    )["loops"]
     # Both loops by default when uvloop is installed, else asyncio's alone.
     assert set(loops) in ({"asyncio"}, {"asyncio", "uvloop"})
     figures = loops["asyncio"]
-    runs = {(r["codec"], r["confirm"]): r for r in figures["runs"]}
-    assert set(runs) == {(c, k) for c in ("none", "gzip", "snappy") for k in (True, False)}
+    # Every row against a broker flushing as 0.7.2 ships, and one flushing every message.
+    assert figures["flushes"] == ["shipped", "every-message"]
+    assert [d["flush"] for d in figures["defaults"]] == ["shipped", "every-message"]
+    for entry in figures["defaults"]:
+        for side in ("confirm", "no_confirm"):
+            for figure in ("sending_rate", "end_to_end_rate", "tail_ms", "cpu_ns_per_message"):
+                x = entry[side][figure]
+                assert 0 <= x["min"] <= x["median"] <= x["max"]
+        for ratio in ("sending_rate_ratio", "end_to_end_rate_ratio", "cpu_ratio"):
+            x = entry[ratio]
+            assert 0 < x["min"] <= x["median"] <= x["max"]
+    runs = {(r["flush"], r["codec"], r["confirm"]): r for r in figures["runs"]}
+    assert set(runs) == {
+        (f, c, k)
+        for f in ("shipped", "every-message")
+        for c in ("none", "gzip", "snappy")
+        for k in (True, False)
+    }
     for run in runs.values():
         for variant in (
             "floor",

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from aiokafka07.errors import (
+    DeliveryUnknownError,
     InvalidPartitionError,
     KafkaConnectionError,
     KafkaError,
@@ -34,7 +35,13 @@ from .test_connection import offsets_frame, outcome
 from .test_producer import all_values, read_logs
 from .wire import eventually
 
-FAST = {"request_timeout_ms": 500, "retries": 1, "retry_backoff_ms": 10, "linger_ms": 0}
+FAST = {
+    "request_timeout_ms": 500,
+    "retries": 1,
+    "retry_backoff_ms": 10,
+    "linger_ms": 0,
+    "delivery_timeout_ms": 3000,
+}
 
 
 def static(server: GarbageServer) -> str:
@@ -51,6 +58,11 @@ async def closed_in_time(producer: Producer, timeout: float, bound: float) -> Ex
 
 #: An OFFSETS answer showing the log grown by one entry of one byte, b"x": proof.
 GROWN = entry_size(1)
+#: A FETCH answer with no error and no data: the partition exists.
+FETCH_EMPTY = frame(b"\0\0")
+#: What a connection opened after one that closed before confirming a produce reads
+#: first, before it writes again: the partition exists, its log end (nothing appended).
+SETTLE = [Reply(FETCH_EMPTY), Reply(offsets_frame(0))]
 
 # What a "broker" may answer to the OFFSETS probe that confirms a produce (the log end
 # before it was 0), what the message then ends with, and whether it was sent again. Six
@@ -94,7 +106,10 @@ async def test_every_kind_of_confirm_answer_ends_the_message(case: str) -> None:
     reply, expected, retried = CONFIRM_ANSWERS[case]
     # Each connection: the log end before the first produce (0), nothing for the produce,
     # the answer under test; then the same for produces sent again on that connection.
-    async with GarbageServer([Reply(offsets_frame(0)), *[Reply(), reply] * 3]) as server:
+    # A connection after one that closed first settles it: the log end shows nothing,
+    # and the "broker" lived on, so whether it appended the produce stays unknown.
+    first = [Reply(offsets_frame(0)), *[Reply(), reply] * 3]
+    async with GarbageServer(first, [*SETTLE, *first]) as server:
         producer = Producer(brokers=static(server), **FAST)  # type: ignore[arg-type]
         await producer.start()
         result = await outcome(producer.send_and_wait("t", b"x", partition=(0, 0)))
@@ -107,17 +122,17 @@ async def test_every_kind_of_confirm_answer_ends_the_message(case: str) -> None:
         return
     assert isinstance(result, expected), repr(result)
     assert result.maybe_delivered  # written, never confirmed
-    assert metrics.messages_failed == 1
+    assert (metrics.messages_failed, metrics.messages_unknown) == (0, 1)
     assert metrics.retries == (1 if retried else 0)  # retries=1, then failed
     assert isinstance(failed, ProducerClosedError)
-    assert failed.undelivered == 1
+    assert (failed.undelivered, failed.unknown) == (1, 1)
     # The report names the place and carries the cause's own text.
     assert f"t/0-0: 1 x {type(result).__name__}: {result}" in str(failed)
 
 
 async def test_failed_messages_give_their_buffer_space_back() -> None:
     """Three messages the broker never confirms must not block later sends."""
-    async with GarbageServer([Reply(), Reply(struct.pack(">i", 0))]) as server:
+    async with GarbageServer([Reply(), Reply(struct.pack(">i", 0))], SETTLE) as server:
         producer = Producer(
             brokers=static(server), max_buffered_messages=3, on_unconfirmed="fail", **FAST
         )
@@ -126,8 +141,8 @@ async def test_failed_messages_give_their_buffer_space_back() -> None:
         with pytest.raises(QueueFullError):
             producer.send_nowait("t", b"one too many")
         for future in futures:
-            assert isinstance(await outcome(future), ProduceNotConfirmedError)
-        assert producer.metrics.messages_failed == 3
+            assert isinstance(await outcome(future), DeliveryUnknownError)
+        assert (producer.metrics.messages_failed, producer.metrics.messages_unknown) == (0, 3)
         assert producer.metrics.queued_messages == 0
         later = await outcome(producer.send("t", b"later"), 2)
         assert isinstance(later, asyncio.Future)
@@ -153,7 +168,9 @@ BAD_PARTITIONS: list[Any] = [
 
 @pytest.mark.parametrize("partition", BAD_PARTITIONS, ids=repr)
 async def test_bad_partition_pairs_are_refused_at_send(kafka_cluster: Any, partition: Any) -> None:
-    async with kafka_cluster(1, zookeeper=None) as cluster:
+    # Flushed per request: these check what send() refuses or what a bug fails, and
+    # each case confirms its messages at once (0.7.2's shipped flush: 1-2 s each).
+    async with kafka_cluster(1, zookeeper=None, flush="every-message") as cluster:
         async with Producer(brokers=cluster.broker_list, max_buffered_messages=3) as p:
             for _ in range(5):  # more than the buffer holds: nothing may stay queued
                 with pytest.raises(InvalidPartitionError, match="partition"):
@@ -186,11 +203,11 @@ async def test_interrupted_flush_then_close_ends_everything_in_time() -> None:
         assert not any(f.done() for f in futures)  # nobody confirms
         failed = await closed_in_time(producer, timeout=0.5, bound=3)
         assert isinstance(failed, ProducerClosedError)
-        assert failed.undelivered == 2500
-        assert "ProduceNotConfirmedError" in str(failed)
+        assert failed.undelivered == failed.unknown == 2500  # written: maybe appended
+        assert "DeliveryUnknownError" in str(failed)
         for future in futures:
             exc = future.exception()
-            assert isinstance(exc, ProduceNotConfirmedError)
+            assert isinstance(exc, DeliveryUnknownError)
             assert exc.maybe_delivered
         assert producer.metrics.queued_messages == 0
         with pytest.raises(ProducerClosedError):
@@ -199,7 +216,8 @@ async def test_interrupted_flush_then_close_ends_everything_in_time() -> None:
 
 
 async def test_close_during_retries_fails_them_with_their_cause() -> None:
-    async with GarbageServer([Reply(offsets_frame(0)), Reply(), Reply(close=True)]) as server:
+    script = [Reply(offsets_frame(0)), Reply(), Reply(close=True)]
+    async with GarbageServer(script, [*SETTLE, *script]) as server:
         producer = Producer(brokers=static(server), retries=5, retry_backoff_ms=2000, linger_ms=0)
         await producer.start()
         future = await producer.send("t", b"x", partition=(0, 0))
@@ -255,7 +273,8 @@ async def test_the_block_exception_is_never_hidden_by_close(kafka_cluster: Any) 
             futures.append(await producer.send("gone", b"x"))
             raise LookupError("the application's own error")
 
-    async with kafka_cluster(1, zookeeper=None) as cluster:
+    # The broker stops before anything is sent: how it flushes does not matter here.
+    async with kafka_cluster(1, zookeeper=None, flush="every-message") as cluster:
         with pytest.raises(LookupError) as info:
             await application(cluster.broker_list, lambda: cluster.stop_broker(0))
         assert isinstance(futures[0].exception(), KafkaError)
@@ -289,7 +308,9 @@ async def test_an_unexpected_error_while_sending_fails_the_batch_with_its_cause(
 ) -> None:
     """A bug in the sending path (injected: the encoder raises once) fails the batch it
     concerns with that error, logged once with its traceback; the producer goes on."""
-    async with kafka_cluster(1, zookeeper=None) as cluster:
+    # Flushed per request: these check what send() refuses or what a bug fails, and
+    # each case confirms its messages at once (0.7.2's shipped flush: 1-2 s each).
+    async with kafka_cluster(1, zookeeper=None, flush="every-message") as cluster:
         producer = Producer(brokers=cluster.broker_list, linger_ms=0)
         await producer.start()
         encoder = producer._sender.encoder
@@ -323,7 +344,9 @@ async def test_a_crashed_sender_fails_its_work_and_a_new_one_takes_over(
     """The sender task itself crashing (injected into its loop) is escalated: the
     messages waiting for that broker fail with the crash's error instead of waiting
     forever, and the next message starts a new sender."""
-    async with kafka_cluster(1, zookeeper=None) as cluster:
+    # Flushed per request: these check what send() refuses or what a bug fails, and
+    # each case confirms its messages at once (0.7.2's shipped flush: 1-2 s each).
+    async with kafka_cluster(1, zookeeper=None, flush="every-message") as cluster:
         producer = Producer(brokers=cluster.broker_list, linger_ms=50)
         await producer.start()
         accumulator = producer._accumulator
@@ -369,13 +392,19 @@ async def test_close_counts_every_undelivered_message_by_cause_within_its_timeou
     by_future = collections.Counter(type(f.exception()).__name__ for f in futures)
     assert failed.undelivered == 40_000 == sum(by_future.values())
     assert failed.causes == {("t", 0, 0): dict(by_future)}
-    assert set(by_future) == {"ProduceNotConfirmedError", "ProducerClosedError"}
+    # Written and never confirmed: unknown, counted apart; never written: not appended.
+    assert set(by_future) == {"DeliveryUnknownError", "ProducerClosedError"}
     for name, count in by_future.items():
         assert f"t/0-0: {count} x {name}: " in str(failed)
+    assert failed.unknown == by_future["DeliveryUnknownError"]
     unconfirmed = next(
-        f.exception() for f in futures if isinstance(f.exception(), ProduceNotConfirmedError)
+        f.exception() for f in futures if isinstance(f.exception(), DeliveryUnknownError)
     )
     assert "refused" not in str(unconfirmed)
     assert "closed" in str(unconfirmed)
-    assert producer.metrics.messages_sent == 0
-    assert producer.metrics.messages_failed == 40_000
+    m = producer.metrics
+    assert m.messages_sent == 0
+    assert (m.messages_failed, m.messages_unknown) == (
+        by_future["ProducerClosedError"],
+        by_future["DeliveryUnknownError"],
+    )

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProducerClosedError
 from ..timeouts import wait_for
-from .batch import Batch, Route, _accelerated
+from .batch import Batch, Route, _accelerated, untrack_future
 
 __all__ = ["Accumulator", "BrokerQueue", "HotPath"]
 
@@ -133,7 +133,7 @@ else:
 class BrokerQueue:
     """The batches waiting for one broker: open ones filling, ready ones in order."""
 
-    __slots__ = ("broker_id", "open", "ready", "wakeup")
+    __slots__ = ("attention", "broker_id", "open", "ready", "wakeup")
 
     def __init__(self, broker_id: int) -> None:
         self.broker_id = broker_id
@@ -141,6 +141,8 @@ class BrokerQueue:
         self.ready: collections.deque[Batch] = collections.deque()
         #: Set when the sender should look again (a batch opened or was sealed).
         self.wakeup = asyncio.Event()
+        #: The sender has work besides batches (see :meth:`Accumulator.call_sender`).
+        self.attention = False
 
     def __bool__(self) -> bool:
         return bool(self.open or self.ready)
@@ -321,6 +323,7 @@ class Accumulator:
         elif self.hot.get(topic) is batch:
             self._cool(batch)
         future = self.create_future()
+        untrack_future(future)  # pending: held by the batch (see batch.track_futures)
         batch.add(value, future, route, raw=raw)
         self.messages += 1
         self.bytes += len(value)
@@ -386,6 +389,18 @@ class Accumulator:
         if self.sticky.get(batch.topic) is batch:
             del self.sticky[batch.topic]
 
+    def seal_lingered(self, now: float) -> None:
+        """Seal every open batch whose first message is ``linger`` old at ``now``
+        (``time.monotonic()``). A sender seals them itself when it looks for its next
+        request; this is for a sender waiting elsewhere (a broker it cannot reach), so
+        that a batch does not take messages for longer than ``linger``: a batch ends
+        within the delivery timeout of its first message, and its last one then gets
+        nearly all of it too."""
+        for queue in list(self.queues.values()):
+            for batch in list(queue.open.values()):
+                if now - batch.created >= self.linger:
+                    self.seal(batch)
+
     def hurry(self, batch: Batch | None = None) -> None:
         """Seal ``batch`` now (if still open), or every open batch: no more lingering."""
         if batch is not None:
@@ -395,11 +410,23 @@ class Accumulator:
             for open_batch in list(queue.open.values()):
                 self.seal(open_batch)
 
+    def call_sender(self, broker_id: int) -> None:
+        """Make the broker's sender return from :meth:`next_request` (with no batches)
+        as soon as it waits there: it has other work (settling a closed connection)."""
+        queue = self.queues.get(broker_id)
+        if queue is not None:
+            queue.attention = True
+            queue.wakeup.set()
+
     async def next_request(self, queue: BrokerQueue, max_bytes: int) -> list[Batch]:
         """Wait until batches are ready for ``queue``'s broker (sealing open ones as
-        they reach ``linger``) and take them for one request."""
+        they reach ``linger``) and take them for one request; an empty list when
+        :meth:`call_sender` called the sender meanwhile."""
         loop = asyncio.get_running_loop()
         while True:
+            if queue.attention:
+                queue.attention = False
+                return []
             wait: float | None = None
             if queue.open:
                 now = time.monotonic()
@@ -420,6 +447,23 @@ class Accumulator:
                 await queue.wakeup.wait()
             finally:
                 timer.cancel()
+
+    def remove(self, batch: Batch) -> bool:
+        """Take ``batch`` out of its queue, open or ready (its delivery time ran out);
+        False if it is not there (a sender took it)."""
+        queue = self.queues.get(batch.broker_id)
+        if queue is None:
+            return False
+        key = (batch.topic, batch.partition)
+        if queue.open.get(key) is batch:
+            del queue.open[key]
+            self._unstick(batch)
+            return True
+        try:
+            queue.ready.remove(batch)
+        except ValueError:
+            return False
+        return True
 
     def take_ready(self, broker_id: int) -> list[Batch]:
         """Every batch ready for ``broker_id``, taken at once (its sender found the

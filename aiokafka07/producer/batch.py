@@ -59,6 +59,39 @@ else:
     _BatchCore = _accelerated("BatchCore", _PureBatchCore)
 
 
+def _pure_untrack_future(future: object, /) -> None:
+    """The pure twin of ``_appender.untrack_future``: Python cannot take an object off
+    the cyclic garbage collector's lists, so it leaves the future as it is."""
+
+
+def _pure_track_futures(futures: list[Any], /) -> None:
+    """The pure twin of ``_appender.track_futures`` (nothing was untracked)."""
+
+
+def _accelerated_function(name: str, twin: Callable[..., None]) -> Callable[..., None]:
+    """The C function ``name`` of ``_appender`` when built (see :func:`_accelerated`)."""
+    if pure_forced():
+        return twin
+    try:
+        from . import _appender  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return twin
+    return cast("Callable[..., None]", getattr(_appender, name, twin))
+
+
+#: A message's future, held pending by its batch, is kept off the cyclic garbage
+#: collector's lists until the producer completes it (``_appender.c`` says why: under
+#: confirm mode's wait for the broker's flush, the collector walked tens of thousands of
+#: them per pass); ``track_futures`` puts a batch's back first. Both are no-ops in pure
+#: mode.
+untrack_future: Callable[[object], None] = _accelerated_function(
+    "untrack_future", _pure_untrack_future
+)
+track_futures: Callable[[list[Any]], None] = _accelerated_function(
+    "track_futures", _pure_track_futures
+)
+
+
 class Batch(_BatchCore):
     """Messages for one (broker, topic, partition), in the order they were accepted.
 
@@ -68,7 +101,12 @@ class Batch(_BatchCore):
     position of a message sent with a key or an explicit partition to its :data:`Route`.
     ``isolated`` batches go alone in a request (retried after a refused multi-entry
     request). ``ended`` is set once the outcome of every message was decided, so no
-    message is ever counted twice.
+    message is ever counted twice. ``created`` (``time.monotonic()``) is when its first
+    message was accepted: the batch ends within the producer's delivery timeout of it.
+    ``doubtful``: an earlier attempt may have put it in the log (it was sent again
+    after an outcome nobody could settle), so a later failure cannot say "not appended";
+    ``refusals`` counts the times a broker closed the connection on it while it went
+    alone.
 
     While a batch is the *hot* batch of its topic (where keyless messages go, see
     :class:`~aiokafka07.producer.accumulator.Accumulator`), ``count_cap`` and
@@ -82,11 +120,13 @@ class Batch(_BatchCore):
         "base_size",
         "broker_id",
         "created",
+        "doubtful",
         "ended",
         "isolated",
         "last_error",
         "partition",
         "raw",
+        "refusals",
         "routes",
         "topic",
         "whole",
@@ -109,6 +149,8 @@ class Batch(_BatchCore):
         self.last_error: BaseException | None = None
         self.ended = False
         self.created = time.monotonic()
+        self.doubtful = False
+        self.refusals = 0
         self.count_cap = 0
         self.byte_cap = 0
         self.base_count = 0
@@ -165,7 +207,8 @@ class Batch(_BatchCore):
         form one batch, in their order: a retry of keyed messages travels as few
         batches as it has targets, not one per message. A message whose route raises
         goes alone, with the exception in place of its target. Each batch keeps this
-        batch's attempts, isolation and last error; a :attr:`whole` batch stays whole."""
+        batch's attempts, isolation, last error, creation time and doubt; a
+        :attr:`whole` batch stays whole."""
         if self.whole or not self.routes:
             # A whole batch is routed as one; its route, if any, is kept at position 0.
             route = self.routes.get(0) if self.whole and self.routes else None
@@ -206,6 +249,9 @@ class Batch(_BatchCore):
         part = Batch(self.topic, broker_id, partition, isolated=self.isolated)
         part.attempts = self.attempts
         part.last_error = self.last_error
+        part.created = self.created
+        part.doubtful = self.doubtful
+        part.refusals = self.refusals
         return part
 
 

@@ -8,20 +8,25 @@
   broker, every outcome classified into done, retry or fail;
 * :mod:`.results` is where each message ends, exactly once.
 
-The invariant: every message ``send()`` accepted ends, delivered or failed with its cause
-(its future says which). :meth:`Producer.close` returns within its timeout whatever went
-wrong, and raises :class:`ProducerClosedError` naming every place messages failed, with
-the cause's text.
+The invariant: every message ``send()`` accepted ends within ``delivery_timeout_ms``,
+delivered or failed with its cause (its future says which), and a failure is true: the
+messages are not in the log, or the error says it cannot know
+(:class:`DeliveryUnknownError`, ``maybe_delivered``). :meth:`Producer.close` returns
+within its timeout whatever went wrong, and raises :class:`ProducerClosedError` naming
+every place messages failed, with the cause's text, counting the unknown ones apart.
 
 0.7 never acknowledges a produce, and a broker drops a message over its
 ``max.message.size`` without closing the connection. With ``confirm`` (the default) the
 connection reads the partition's log end (OFFSETS) before its first confirmed produce
 there and after each request, and messages count as delivered once the log has grown by
 every byte the connection wrote there (:mod:`aiokafka07.confirm`); OFFSETS shows flushed
-data only, so this waits for the broker's flush. A request the log never shows fails with
-:class:`ProduceNotConfirmedError`. If the connection breaks first, the messages are sent
-again (``on_unconfirmed="retry"``: at least once) or failed (``"fail"``: at most once).
-Without confirm, delivered means written to the socket.
+data only, so a confirmation waits for the broker's flush, while the writes go on (the
+buffer bounds what waits for confirmation, not a count of requests). A request the log
+never shows fails with :class:`ProduceNotConfirmedError`. If the connection breaks
+first, the log ends read once the broker answers again settle what they prove
+(:mod:`.settlement`); what they cannot settle is sent again
+(``on_unconfirmed="retry"``: at least once) or fails as unknown (``"fail"``: at most
+once). Without confirm, delivered means written to the socket.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ..validation import (
     check_int,
     check_ms,
     check_number,
+    check_optional_int,
     check_optional_ms,
     deprecated,
     warn_deprecated,
@@ -68,6 +74,27 @@ from .sender import Sender, exc_closed
 __all__ = ["Producer"]
 
 log = logging.getLogger("aiokafka07.producer")
+
+
+#: ``delivery_timeout_ms`` when not given (the modern Java producer's default).
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000.0
+
+
+def delivery_timeout(given: object, linger_ms: float, request_timeout_ms: float) -> float:
+    """``delivery_timeout_ms``: None is the default, raised to ``linger_ms +
+    request_timeout_ms`` if that is more (a request must have its whole timeout); a value
+    given must be at least that sum (as the Java producer's check)."""
+    least = linger_ms + request_timeout_ms
+    if given is None:
+        return max(DEFAULT_DELIVERY_TIMEOUT_MS, least)
+    value = check_number("delivery_timeout_ms", given, minimum=0, above=True)
+    if value < least:
+        raise InvalidConfigError(
+            f"delivery_timeout_ms ({value:g}) must be at least linger_ms + request_timeout_ms "
+            f"({linger_ms:g} + {request_timeout_ms:g}): a message must be able to wait for "
+            "its batch and then for its request"
+        )
+    return value
 
 
 def _never_hot(topic: str, value: Any, /) -> None:
@@ -88,6 +115,15 @@ class Producer:
     naming it. Every duration is in milliseconds (``*_ms``), as everywhere in aiokafka07;
     ``request_timeout`` and ``connect_timeout`` (seconds) are the deprecated names of
     ``request_timeout_ms`` and ``connect_timeout_ms``.
+
+    ``delivery_timeout_ms`` bounds each message's life, as the modern Java producer's
+    ``delivery.timeout.ms``: every message ``send()`` accepted ends within it (delivered,
+    or failed with :class:`~aiokafka07.errors.DeliveryTimeoutError`, or with
+    :class:`~aiokafka07.errors.DeliveryUnknownError` if it was written and never
+    settled). Inside it, failed attempts are retried with backoff whatever the cause (a
+    refused connection, no live broker, a broker gone from ZooKeeper). None: 120,000 ms,
+    or ``linger_ms + request_timeout_ms`` if that is more; a value given must be at least
+    that sum. ``retries`` (None: no cap) optionally caps the attempts as well.
     """
 
     def __init__(
@@ -111,7 +147,7 @@ class Producer:
         max_request_bytes: int = 8 << 20,
         confirm: bool = True,
         on_unconfirmed: str = "retry",
-        retries: int = 3,
+        retries: int | None = None,
         retry_backoff_ms: float = 100.0,
         max_message_size: int = MAX_MESSAGE_SIZE,
         request_timeout_ms: float = 30000.0,
@@ -119,6 +155,7 @@ class Producer:
         pool: ConnectionPool | None = None,
         request_timeout: float | None = None,
         connect_timeout: float | None = None,
+        delivery_timeout_ms: float | None = None,
     ) -> None:
         batch_size = check_int("batch_size", batch_size, minimum=1)
         batch_bytes = check_int("batch_bytes", batch_bytes, minimum=1)
@@ -129,7 +166,7 @@ class Producer:
         max_request_bytes = check_int(
             "max_request_bytes", max_request_bytes, minimum=1, maximum=INT32_MAX
         )
-        retries = check_int("retries", retries, minimum=0)
+        retries = check_optional_int("retries", retries, minimum=0)
         retry_backoff = check_number("retry_backoff_ms", retry_backoff_ms, minimum=0, above=True)
         self.max_message_size = check_int(
             "max_message_size", max_message_size, minimum=1, maximum=INT32_MAX
@@ -139,6 +176,9 @@ class Producer:
         )
         connect_timeout_ms = check_ms(
             "Producer", "connect_timeout_ms", connect_timeout_ms, connect_timeout, above=True
+        )
+        self.delivery_timeout_ms = delivery_timeout(
+            delivery_timeout_ms, self.linger_ms, request_timeout_ms
         )
         if not isinstance(confirm, bool):
             raise InvalidConfigError(f"confirm must be True or False, not {confirm!r}")
@@ -218,6 +258,7 @@ class Producer:
             backoff=Backoff(retry_backoff / 1000, max(retry_backoff / 1000, 5.0)),
             max_in_flight=self.max_in_flight,
             max_request_bytes=max_request_bytes,
+            delivery_timeout=self.delivery_timeout_ms / 1000,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
@@ -266,7 +307,8 @@ class Producer:
         self._started = True
         log.info(
             "producer started on %r: compression %s%s, confirm %s (%s when unconfirmed), "
-            "batch_size %d, linger_ms %g, max_in_flight %d, retries %d",
+            "batch_size %d, linger_ms %g, max_in_flight %d, delivery_timeout_ms %g, "
+            "retries %s",
             self.cluster,
             self.compression.name.lower()
             + ("" if self.compression_level is None else f" level {self.compression_level}"),
@@ -276,7 +318,8 @@ class Producer:
             self.batch_size,
             self.linger_ms,
             self.max_in_flight,
-            self.retries,
+            self.delivery_timeout_ms,
+            "no cap" if self.retries is None else self.retries,
         )
 
     def _pending(self) -> list[asyncio.Future[Any]]:
@@ -287,7 +330,9 @@ class Producer:
     async def flush(self) -> None:
         """Send everything accepted so far without lingering, and wait until each
         message is delivered or failed (failures stay on the messages' futures). Bounded:
-        each message ends within its retries and timeouts."""
+        each message ends within ``delivery_timeout_ms``. With confirm, the last
+        messages are confirmed once the broker flushes them: on its timer
+        (``log.default.flush.interval.ms``) when too few follow to reach its count."""
         pending = self._pending()
         self._accumulator.hurry()
         if pending:
@@ -304,7 +349,7 @@ class Producer:
         (:class:`ProducerClosedError`, or :class:`ProduceNotConfirmedError` for a request
         the broker may have received) and the connections close. (Closing a ZooKeeper
         session the producer owns is bounded by its session timeout.) None waits for
-        every message to end, which each does within its retries and timeouts. New
+        every message to end, which each does within ``delivery_timeout_ms``. New
         messages are refused from the moment ``close()`` is called. (``timeout``, in
         seconds, is the deprecated form.)
         """
@@ -357,12 +402,13 @@ class Producer:
             m = self._metrics
             log.info(
                 "producer closed: %d messages (%d bytes) sent in %d requests, "
-                "%d retried, %d failed",
+                "%d retried, %d failed, %d unknown",
                 m.messages_sent,
                 m.bytes_sent,
                 m.requests_sent,
                 m.retries,
                 m.messages_failed,
+                m.messages_unknown,
             )
 
     # -- what is known -------------------------------------------------------------

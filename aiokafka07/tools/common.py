@@ -21,8 +21,9 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import IO, Any, TypeVar
 
-from ..cluster import parse_broker_list
-from ..connection import BrokerAddress
+from ..cluster import Cluster, StaticCluster, parse_broker_list
+from ..connection import BrokerAddress, BrokerConnection
+from ..errors import KafkaConnectionError
 from ..records import TopicPartition
 from ..znodes import GroupRegistry, read_brokers, read_topic_registrations
 from ..zookeeper import ZooKeeper
@@ -57,6 +58,7 @@ __all__ = [
     "rate",
     "read_brokers",
     "refuse_live_members",
+    "require_a_reachable_broker",
     "require_one_topic_selection",
     "require_zookeeper",
     "silence_stdout",
@@ -265,6 +267,28 @@ async def delete_tree(zk: ZooKeeper, path: str) -> None:
     for child in await zk.get_children(path):
         await delete_tree(zk, f"{path}/{child}")
     await zk.delete(path)
+
+
+async def require_a_reachable_broker(
+    cluster: Cluster, option: str = "--brokers", connect_timeout_ms: float = 5000
+) -> None:
+    """A console producer with a static broker list (``--brokers``) fails at once, with
+    one line, when none of its brokers accepts a connection: a wrong address or port
+    more likely than an outage. (Once it runs, a producer rides out a broker's outage
+    within its delivery timeout, retrying; a ZooKeeper view lists only registered, live
+    brokers, and sending finds none there at once.)"""
+    if not isinstance(cluster, StaticCluster):
+        return
+    errors = []
+    for address in cluster.brokers.values():
+        try:
+            conn = await BrokerConnection.open(address, connect_timeout_ms=connect_timeout_ms)
+        except KafkaConnectionError as exc:
+            errors.append(str(exc))
+            continue
+        await conn.close()
+        return
+    raise CommandError(f"{'; '.join(errors)}: no broker of {option} answers; nothing was sent")
 
 
 async def require_zookeeper(command: str, why: str) -> None:

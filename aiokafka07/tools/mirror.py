@@ -41,6 +41,7 @@ from .common import (
     describe_exit_status,
     parse_brokers,
     positive_int,
+    require_a_reachable_broker,
     require_one_topic_selection,
     stop_acknowledged,
 )
@@ -212,6 +213,7 @@ async def run(args: argparse.Namespace) -> int:
     await target.start()
     try:
         await producer.start()
+        await require_a_reachable_broker(target, "--target-brokers")
         await consumer.start()
         delivered = False
         try:

@@ -23,6 +23,7 @@ from ..cluster import Cluster, StaticCluster, ZooKeeperCluster
 from ..connection import MAX_MESSAGE_SIZE
 from ..errors import ProducerClosedError
 from ..producer import Producer
+from ..protocol import validate_topic
 from .common import (
     ChunkReader,
     CommandError,
@@ -34,6 +35,7 @@ from .common import (
     parse_brokers,
     positive_float,
     positive_int,
+    require_a_reachable_broker,
 )
 
 log = logging.getLogger("aiokafka07.tools.produce")
@@ -114,6 +116,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="how long a request may go unanswered, and a confirmation wait for the "
         "broker's flush (30000)",
+    )
+    parser.add_argument(
+        "--delivery-timeout-ms",
+        type=positive_float,
+        default=None,
+        metavar="MS",
+        help="how long a message may take, retries included, before it fails (120000, or "
+        "linger and request timeout together if more): a broker restarting meanwhile fails "
+        "nothing. With --brokers, none answering at the start fails at once",
     )
     parser.add_argument(
         "--progress",
@@ -220,6 +231,7 @@ async def run(args: argparse.Namespace) -> int:
         raise UsageError("give --zookeeper or --brokers (one of them)")
     if args.compression_level is not None and args.compression != "gzip":
         raise UsageError("--compression-level is gzip's: give --compression gzip")
+    validate_topic(args.topic)  # before any connection: a name no broker takes
     separator = None if args.key_separator is None else parse_separator(args.key_separator)
     partition = None
     if args.partition is not None:
@@ -254,6 +266,7 @@ async def run(args: argparse.Namespace) -> int:
             linger_ms=args.linger_ms,
             max_message_size=args.max_message_size,
             request_timeout_ms=args.request_timeout_ms,
+            delivery_timeout_ms=args.delivery_timeout_ms,
         )
         # Typed at a terminal: no bar over the line being typed; the summary at the end
         # (Ctrl-D) counts what was sent, and --progress reports in lines of their own.
@@ -266,6 +279,7 @@ async def run(args: argparse.Namespace) -> int:
         await cluster.start()
         try:
             await producer.start()
+            await require_a_reachable_broker(cluster)
             if typing and not args.quiet:
                 print(
                     f"aiokafka07 produce: type messages for {args.topic}, one per line; "

@@ -40,6 +40,7 @@ from .common import (
     add_cluster_options,
     describe_exit_status,
     non_negative_int,
+    require_a_reachable_broker,
     stop_acknowledged,
 )
 from .perf import Meter, add_perf_options, add_sender_options, brokerinfo_cluster, perf_progress
@@ -119,6 +120,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         for producer in producers:
             await producer.start()
+        await require_a_reachable_broker(cluster, "--brokers / --brokerinfo")
         total.restart()
         try:
             async with perf_progress(args, "sent") as progress:

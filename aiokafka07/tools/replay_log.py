@@ -41,6 +41,7 @@ from .common import (
     non_negative_int,
     positive_int,
     read_brokers,
+    require_a_reachable_broker,
     topic_partitions,
     zookeeper_session,
 )
@@ -124,6 +125,7 @@ async def run(args: argparse.Namespace) -> int:
     await target.start()
     try:
         await producer.start()
+        await require_a_reachable_broker(target, "--brokers / --brokerinfo")
         slots = asyncio.Semaphore(args.threads)
         async with (
             progress,
