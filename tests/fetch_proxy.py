@@ -15,7 +15,7 @@ from collections import deque
 
 from aiokafka07.protocol import FrameSplitter, RequestType
 
-from .garbage_server import LoopbackServer
+from .garbage_server import LoopbackServer, until_one_ends
 
 __all__ = ["FetchSpoilingProxy"]
 
@@ -39,13 +39,7 @@ class FetchSpoilingProxy(LoopbackServer):
             asyncio.create_task(self._requests(reader, up_writer, awaited)),
             asyncio.create_task(self._answers(up_reader, writer, awaited)),
         ]
-        try:
-            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for pipe in pipes:
-                pipe.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
-            up_writer.transport.abort()
+        await until_one_ends(pipes, up_writer)
 
     async def _requests(
         self, reader: asyncio.StreamReader, out: asyncio.StreamWriter, awaited: deque[int | None]

@@ -18,7 +18,19 @@ from typing import NamedTuple, TypeVar
 from aiokafka07.protocol import FrameSplitter
 from aiokafka07.testing.hostile import LoopbackListener
 
-__all__ = ["GarbageServer", "LoopbackServer", "Reply", "frame"]
+__all__ = ["GarbageServer", "LoopbackServer", "Reply", "frame", "until_one_ends"]
+
+
+async def until_one_ends(pipes: list[asyncio.Task[None]], upstream: asyncio.StreamWriter) -> None:
+    """A proxy connection's pipes (client to upstream, upstream to client): run them
+    until one ends, then stop the other and drop the upstream connection."""
+    try:
+        await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pipe in pipes:
+            pipe.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
+        upstream.transport.abort()
 
 
 def frame(body: bytes) -> bytes:

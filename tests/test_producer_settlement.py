@@ -40,7 +40,7 @@ from aiokafka07.protocol import EARLIEST, LATEST
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.testing.hostile import SilentBroker
 
-from .garbage_server import LoopbackServer
+from .garbage_server import LoopbackServer, until_one_ends
 from .wire import eventually
 
 # -- the verdicts ------------------------------------------------------------------------
@@ -130,13 +130,7 @@ class CuttableProxy(LoopbackServer):
             asyncio.create_task(pipe(reader, up_writer)),
             asyncio.create_task(pipe(up_reader, writer)),
         ]
-        try:
-            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in pipes:
-                task.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
-            up_writer.transport.abort()
+        await until_one_ends(pipes, up_writer)
 
 
 def values(count: int, tag: str) -> list[bytes]:
