@@ -148,7 +148,6 @@ class _Request:
         "last",
         "processed",
         "seq",
-        "timer",
         "written",
     )
 
@@ -166,7 +165,6 @@ class _Request:
         self.claims: list[_Claim] = []
         self.last: _Track | None = None
         self.expired = False
-        self.timer: asyncio.TimerHandle | None = None
         #: ``time.monotonic()`` when its confirmation gives up (``request_timeout_ms``).
         self.deadline = 0.0
         #: Called once, when the broker is proven to have processed the produce or its
@@ -248,7 +246,12 @@ class Confirmer:
         self._seq = 0
         self._processed = 0
         #: Probes with answers still to be read.
-        self._probes: set[_Probe] = set()
+        #: In the order they were queued (a dict as an ordered set): :meth:`close` reads
+        #: the answers that came before the end in that order, base probes first.
+        self._probes: dict[_Probe, None] = {}
+        #: One timer for every request's deadline: the earliest not passed yet (requests
+        #: share one timeout, so their deadlines come in the order they were queued).
+        self._deadline_timer: asyncio.TimerHandle | None = None
         #: The connection is ending (answers read before still count), or has ended.
         self._closing = False
         self._closed = False
@@ -397,8 +400,9 @@ class Confirmer:
             request.last = track
         for claim in request.claims:
             self._probe(claim.track, base=False)
-        request.timer = loop.call_later(self.request_timeout_ms / 1000, self._deadline, request)
         request.deadline = time.monotonic() + self.request_timeout_ms / 1000
+        if self._deadline_timer is None:
+            self._deadline_timer = loop.call_later(self.request_timeout_ms / 1000, self._deadlines)
         return request.future
 
     def _probe(self, track: _Track, *, base: bool) -> _Probe:
@@ -411,7 +415,7 @@ class Confirmer:
             probe.futures.append(future)
             future.add_done_callback(functools.partial(self._answered, probe))
         if probe.futures:
-            self._probes.add(probe)
+            self._probes[probe] = None
         else:  # a topic without partitions: nothing to add up
             self._seen(probe)
         return probe
@@ -437,7 +441,7 @@ class Confirmer:
             self._seen(probe)
 
     def _seen(self, probe: _Probe) -> None:
-        self._probes.discard(probe)
+        self._probes.pop(probe, None)
         track = probe.track
         if track.poll is probe:
             track.poll = None
@@ -520,11 +524,39 @@ class Confirmer:
 
     # -- deadlines and write-offs ------------------------------------------------------
 
-    def _deadline(self, request: _Request) -> None:
+    def _deadlines(self) -> None:
+        """The deadline timer: every request whose deadline passed expires (see
+        :meth:`_expire`); the timer is set again for the next deadline to come. One timer
+        per connection, not one per request: a request's timer and its context lived
+        as long as the broker's flush took, long enough to reach the collector's oldest
+        generation, whose passes they then set off (measured: CPU per message)."""
+        self._deadline_timer = None
+        if self._closing:
+            return
+        # A timer may run up to the loop's clock resolution early: a millisecond's grace.
+        now = time.monotonic() + 0.001
+        due: list[_Request] = []
+        upcoming: _Request | None = None
+        for request in self._requests.values():
+            if request.expired:
+                continue  # expired, waiting for its probe's answer
+            if request.deadline > now:
+                upcoming = request
+                break
+            due.append(request)
+        for request in due:
+            self._expire(request)
+        if upcoming is not None and not self._closing:
+            self._deadline_timer = asyncio.get_running_loop().call_later(
+                max(0.0, upcoming.deadline - time.monotonic()), self._deadlines
+            )
+
+    def _expire(self, request: _Request) -> None:
         """``request_timeout_ms`` after the produce: the claims the broker processed and
         its log does not show fail now. One not processed yet is judged when its probe's
         answer comes (the probe's own timeout bounds that)."""
-        request.timer = None
+        if request.seq not in self._requests:
+            return  # settled meanwhile, by another request's write-off
         request.expired = True
         for claim in request.claims:
             if not claim.met:
@@ -562,9 +594,6 @@ class Confirmer:
 
     def _settle(self, request: _Request) -> None:
         self._requests.pop(request.seq, None)
-        if request.timer is not None:
-            request.timer.cancel()
-            request.timer = None
         self._call_processed(request)  # settled first (its entry stays in line: harmless)
 
     # -- the end -----------------------------------------------------------------------
@@ -583,6 +612,9 @@ class Confirmer:
                     self._answered(probe, future)
         self._closed = True
         self._probes.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         requests, self._requests = self._requests, {}
         # What each request's unmet claims needed, before the ledger is cleared.
         unsettled = {seq: self._unsettled(request) for seq, request in requests.items()}
@@ -595,8 +627,6 @@ class Confirmer:
         for request in waiting:
             self._call_processed(request)  # no longer in flight on this connection
         for seq, request in requests.items():
-            if request.timer is not None:
-                request.timer.cancel()
             if not request.future.done():
                 error = self._closed_error(request, reason, local=local)
                 if error.maybe_delivered:

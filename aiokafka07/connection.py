@@ -123,6 +123,10 @@ def check_message_sizes(message_set: BytesLike, max_message_size: int) -> None:
             )
 
 
+def _mark_ended(future: asyncio.Future[Any]) -> None:
+    """A closed connection's watch callback: there is nothing left to cancel."""
+
+
 def _not_done(future: asyncio.Future[Any]) -> bool:
     return not future.done()
 
@@ -221,6 +225,13 @@ class BrokerConnection(asyncio.BufferedProtocol):
         # transport's buffer: the progress a wait for room watches).
         self._handed = 0
         self._closed: KafkaConnectionError | None = None
+        # Requests awaiting answers, in the order queued, with their deadlines (loop
+        # time), watched by one timer (see _watch); each one's exchange, until it ends.
+        self._watched: deque[asyncio.Future[Any]] = deque()
+        self._deadlines: deque[float] = deque()
+        self._exchanges: dict[asyncio.Future[Any], Exchange[Any]] = {}
+        self._watch_timer: asyncio.TimerHandle | None = None
+        self._ended_callback: Callable[[asyncio.Future[Any]], None] = self._watched_ended
         self._lost = asyncio.Event()
         # Whether this client ended the connection (close(), abort()), not the broker.
         self._closed_locally = False
@@ -419,6 +430,13 @@ class BrokerConnection(asyncio.BufferedProtocol):
         for future in never_written:
             self._reject(future, type(reason)(str(reason), broker=broker, maybe_delivered=False))
         self._confirmer.close(self._closed, local=self._closed_locally)
+        if self._watch_timer is not None:
+            self._watch_timer.cancel()
+            self._watch_timer = None
+        self._watched.clear()
+        self._deadlines.clear()
+        self._exchanges.clear()
+        self._ended_callback = _mark_ended  # no longer refers to this connection
         transport = self._transport
         if transport is not None and not transport.is_closing():
             if abort:
@@ -447,17 +465,48 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
     def _watch(self, future: asyncio.Future[Any], exchange: Exchange[Any]) -> None:
         """Time ``future`` out after ``request_timeout_ms``; if it is cancelled (by anyone),
-        cancel its exchange: never written if it was not yet, else its answer dropped."""
-        handle = asyncio.get_running_loop().call_later(
-            self._request_timeout, self._timed_out, future
-        )
+        cancel its exchange: never written if it was not yet, else its answer dropped.
 
-        def ended(_: asyncio.Future[Any]) -> None:
-            handle.cancel()
-            if future.cancelled():
-                self._conversation.cancel(exchange)
+        One timer watches every request of the connection: requests share one timeout,
+        so the oldest one not answered is the next to time out. (A timer per request
+        lived, with its context and callback, as long as the answer took: under confirm
+        mode's wait for the broker's flush, long enough to reach the cyclic collector's
+        oldest generation and set off its passes.)"""
+        loop = asyncio.get_running_loop()
+        watched, deadlines = self._watched, self._deadlines
+        while watched and watched[0].done():  # answered in order: forget them now
+            watched.popleft()
+            deadlines.popleft()
+        watched.append(future)
+        deadlines.append(loop.time() + self._request_timeout)
+        self._exchanges[future] = exchange
+        future.add_done_callback(self._ended_callback)
+        if self._watch_timer is None:
+            self._watch_timer = loop.call_at(deadlines[0], self._watch_expired)
 
-        future.add_done_callback(ended)
+    def _watched_ended(self, future: asyncio.Future[Any]) -> None:
+        exchange = self._exchanges.pop(future, None)
+        if exchange is not None and future.cancelled():
+            self._conversation.cancel(exchange)
+
+    def _watch_expired(self) -> None:
+        """The watch timer: the oldest request not answered within ``request_timeout_ms``
+        fails the connection (:meth:`_timed_out`); else the timer is set for the next."""
+        self._watch_timer = None
+        watched, deadlines = self._watched, self._deadlines
+        now = asyncio.get_running_loop().time()
+        while watched and self._closed is None:
+            if watched[0].done():
+                watched.popleft()
+                deadlines.popleft()
+            elif deadlines[0] <= now:
+                deadlines.popleft()
+                self._timed_out(watched.popleft())
+            else:
+                self._watch_timer = asyncio.get_running_loop().call_at(
+                    deadlines[0], self._watch_expired
+                )
+                return
 
     def _flush(self) -> None:
         """Write every frame queued this iteration in one go, skipping cancelled requests;

@@ -372,6 +372,38 @@ async def test_request_timeout_closes_the_connection_and_fails_the_rest() -> Non
         assert len(server.requests) == 6
 
 
+async def test_each_request_times_out_at_its_own_deadline_under_one_timer() -> None:
+    """Requests awaiting answers share one timer, set for the oldest one not answered:
+    an answered request's deadline passes without effect, the next one's fails the
+    connection on time (not at the first deadline, not later), and a hundred requests
+    waiting keep one timer scheduled, not one each."""
+    answer = frame(struct.pack(">hiq", 0, 1, 0))  # OFFSETS: no error, one offset: 0
+    async with GarbageServer([Reply(answer)]) as server:  # answers the first request only
+        conn = await BrokerConnection.open(
+            BrokerAddress(None, server.host, server.port), request_timeout_ms=400
+        )
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        assert await bounded(conn.offsets("t", 0, LATEST), 5) == (0,)
+        await asyncio.sleep(0.2)
+        second = asyncio.ensure_future(conn.offsets("t", 0, LATEST))
+        others = [asyncio.ensure_future(conn.fetch("t", 0, 0, 100)) for _ in range(100)]
+        await asyncio.sleep(0.05)
+        scheduled = getattr(loop, "_scheduled", None)  # asyncio's own loop (not uvloop)
+        if scheduled is not None:
+            mine = [h for h in scheduled if getattr(h._callback, "__self__", None) is conn]
+            assert len(mine) == 1
+        with pytest.raises(RequestTimeoutError):
+            await bounded(second, 10)
+        waited = time.monotonic() - started
+        assert 0.55 <= waited < 2.0  # its own deadline (0.6 s), not the first's (0.4 s)
+        results = await bounded(asyncio.gather(*others, return_exceptions=True), 5)
+        assert all(isinstance(r, KafkaConnectionError) and r.maybe_delivered for r in results)
+        assert conn.closed
+        await bounded(conn.close(), 2)
+        assert len(server.requests) == 102
+
+
 async def test_connect_refused_is_a_typed_error_never_delivered() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused

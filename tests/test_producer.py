@@ -767,8 +767,9 @@ async def test_pending_futures_stay_off_the_collector_until_they_are_completed(
 ) -> None:
     """With the accelerator, a message's future is not tracked by the cyclic garbage
     collector while the producer holds it pending (confirm mode holds it until the
-    broker's flush), on the hot path (keyless) and the general one (keyed), and is
-    tracked again by the time it is completed, a cancelled one included."""
+    broker's flush), on the hot path (keyless) and the general one (keyed), nor are the
+    lists of a batch a request took; all are tracked again by the time the batch is
+    completed, a cancelled future included."""
     from aiokafka07.producer import batch
 
     accelerated = batch.track_futures is not batch._pure_track_futures
@@ -791,6 +792,11 @@ async def test_pending_futures_stay_off_the_collector_until_they_are_completed(
         pending = keyless + keyed
         assert not any(f.done() for f in pending)
         assert [gc.is_tracked(f) for f in pending] == [not accelerated] * len(pending)
+        # The lists of the batches requests took (values, futures) are off it too.
+        taken = [b for entry in p._sender._requests.values() for b in entry.batches]
+        lists = [items for b in taken for items in (b.values, b.futures)]
+        assert taken
+        assert [gc.is_tracked(x) for x in lists] == [not accelerated] * len(lists)
         # The producer closes: the broker flushes as it stops, so all are delivered.
         task = asyncio.ensure_future(p.flush())
         await cluster.stop_broker(0)
@@ -798,6 +804,7 @@ async def test_pending_futures_stay_off_the_collector_until_they_are_completed(
         await asyncio.wait_for(task, 30)
     assert all(f.done() for f in pending)
     assert all(gc.is_tracked(f) for f in [*pending, cancelled])
+    assert all(gc.is_tracked(x) for x in lists)
 
 
 def _loop_with_own_futures(

@@ -68,6 +68,14 @@ def _pure_track_futures(futures: list[Any], /) -> None:
     """The pure twin of ``_appender.track_futures`` (nothing was untracked)."""
 
 
+def _pure_untrack_list(values: list[Any], /) -> None:
+    """The pure twin of ``_appender.untrack_list``: a no-op, as for futures."""
+
+
+def _pure_track_list(values: list[Any], /) -> None:
+    """The pure twin of ``_appender.track_list`` (nothing was untracked)."""
+
+
 def _accelerated_function(name: str, twin: Callable[..., None]) -> Callable[..., None]:
     """The C function ``name`` of ``_appender`` when built (see :func:`_accelerated`)."""
     if pure_forced():
@@ -90,6 +98,12 @@ untrack_future: Callable[[object], None] = _accelerated_function(
 track_futures: Callable[[list[Any]], None] = _accelerated_function(
     "track_futures", _pure_track_futures
 )
+#: A sealed batch's lists (values, futures), once a request takes the batch, stay off
+#: the collector's lists until the producer completes it (``_appender.c``).
+untrack_list: Callable[[list[Any]], None] = _accelerated_function(
+    "untrack_list", _pure_untrack_list
+)
+track_list: Callable[[list[Any]], None] = _accelerated_function("track_list", _pure_track_list)
 
 
 class Batch(_BatchCore):

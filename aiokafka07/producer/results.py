@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..errors import DeliveryUnknownError, KafkaConnectionError, ProducerClosedError
 from ..supervisor import mark_retrieved
-from .batch import Batch, track_futures
+from .batch import Batch, track_futures, track_list
 
 __all__ = ["EncodedMessage", "Outcomes", "ProduceResult", "ProducerMetrics", "maybe_appended"]
 
@@ -108,6 +108,7 @@ class Outcomes:
         batch.ended = True
         futures = batch.futures
         track_futures(futures)  # back on the collector's lists before they are let go
+        track_list(batch.values)
         try:
             for future in futures:
                 future.set_result(result)
@@ -136,6 +137,7 @@ class Outcomes:
             unknown.__cause__ = exc
             exc = unknown
         track_futures(batch.futures)  # back on the collector's lists before they are let go
+        track_list(batch.values)
         for future in batch.futures:
             if not future.done():
                 future.set_exception(exc)

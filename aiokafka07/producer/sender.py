@@ -84,7 +84,7 @@ from ..pool import ConnectionPool
 from ..protocol import LATEST
 from ..supervisor import CrashPolicy, Supervisor
 from .accumulator import Accumulator, BrokerQueue
-from .batch import Batch, Route
+from .batch import Batch, Route, untrack_list
 from .encoding import MessageSetEncoder
 from .results import Outcomes, ProduceResult, ProducerMetrics
 from .router import Router
@@ -313,6 +313,9 @@ class Sender:
             if not batches:
                 return
         entry = _Submitted(broker_id, batches)
+        for batch in batches:  # sealed: off the collector's lists until completed
+            untrack_list(batch.values)
+            untrack_list(batch.futures)
         try:
             frame = self.encoder.frame(batches)
             if self.confirm:
