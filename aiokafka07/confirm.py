@@ -112,6 +112,7 @@ class _Track:
         "key",
         "partitions",
         "poll",
+        "probes",
         "seen",
         "seen_seq",
         "written",
@@ -131,6 +132,10 @@ class _Track:
         #: A poll waiting (timer) or under way (probe): at most one per target.
         self.poll: asyncio.TimerHandle | _Probe | None = None
         self.backoff = Backoff(0.01, 0.1)
+        #: The OFFSETS (latest) requests that read the target's end, one per partition:
+        #: the same bytes every time, encoded once.
+        topic = key[0]
+        self.probes = [encode_offsets_request(topic, p, LATEST, 1) for p in partitions]
 
     def describe(self) -> str:
         topic, partition = self.key
@@ -409,9 +414,8 @@ class Confirmer:
         """Queue OFFSETS (latest) for every partition of ``track``; the answers are read
         together as one end, seen after the produces queued so far."""
         probe = _Probe(track, self._seq, base=base)
-        topic = track.key[0]
-        for partition in track.partitions:
-            future = self._send_request(encode_offsets_request(topic, partition, LATEST, 1))
+        for request in track.probes:
+            future = self._send_request(request)
             probe.futures.append(future)
             future.add_done_callback(functools.partial(self._answered, probe))
         if probe.futures:
