@@ -2,8 +2,10 @@
 
 * ``fast``: the fast tier (``pytest -m "not slow"``) on every other supported Python,
   with the spark extra (PySpark 4 installs on each: 4.2 on 3.10, 4.3 on 3.11 to 3.13);
-* ``no-spark``: the whole suite without the spark extra, where every test that needs
-  PySpark must skip cleanly (the extra is optional);
+* ``no-spark``: without the spark extra (it is optional), the fast tier and the slow
+  tests that the extra's absence changes (``NO_SPARK_SLOW``): every one that needs
+  PySpark must skip cleanly, and the demo runs without its Spark stages. The other slow
+  tests never touch PySpark: README's command runs them;
 * ``uvloop``: the fast tier and the client's integration tests (producer, consumers,
   connections, faults, the services' endpoints) with every async test on uvloop (the
   ``uvloop`` extra; ``AIOKAFKA07_TEST_LOOP=uvloop``, see tests/conftest.py).
@@ -35,12 +37,24 @@ def fast(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", *(session.posargs or ["-m", "not slow"]))
 
 
+#: The slow tests whose course depends on whether PySpark is installed (a ``-k``
+#: expression): Spark's modules and fixtures, its benchmark, example and docs blocks (each
+#: names Spark in its id), and the demo (Spark stages optional). Only the demo's module
+#: (``aiokafka07/demo.py``) and the Spark package import PySpark.
+NO_SPARK_SLOW = "spark or demo"
+
+
 @nox.session(python="3.12", name="no-spark")
 def no_spark(session: nox.Session) -> None:
-    """The whole suite without the spark extra: the Spark tests skip, never error."""
+    """Without the spark extra: the fast tier, and the slow tests the extra changes (the
+    Spark tests skip, never error; the demo runs without Spark)."""
     session.install("-e", ".[test]")
     session.run("python", "-c", "import importlib.util as u; assert not u.find_spec('pyspark')")
-    session.run("python", "-m", "pytest", *session.posargs)
+    if session.posargs:
+        session.run("python", "-m", "pytest", *session.posargs)
+        return
+    session.run("python", "-m", "pytest", "-m", "not slow")
+    session.run("python", "-m", "pytest", "-m", "slow", "-k", NO_SPARK_SLOW)
 
 
 #: The client's integration tests run on uvloop besides the fast tier: everything that
