@@ -123,10 +123,6 @@ def check_message_sizes(message_set: BytesLike, max_message_size: int) -> None:
             )
 
 
-def _mark_ended(future: asyncio.Future[Any]) -> None:
-    """A closed connection's watch callback: there is nothing left to cancel."""
-
-
 def _not_done(future: asyncio.Future[Any]) -> bool:
     return not future.done()
 
@@ -231,7 +227,6 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._deadlines: deque[float] = deque()
         self._exchanges: dict[asyncio.Future[Any], Exchange[Any]] = {}
         self._watch_timer: asyncio.TimerHandle | None = None
-        self._ended_callback: Callable[[asyncio.Future[Any]], None] = self._watched_ended
         self._lost = asyncio.Event()
         # Whether this client ended the connection (close(), abort()), not the broker.
         self._closed_locally = False
@@ -436,7 +431,6 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._watched.clear()
         self._deadlines.clear()
         self._exchanges.clear()
-        self._ended_callback = _mark_ended  # no longer refers to this connection
         transport = self._transport
         if transport is not None and not transport.is_closing():
             if abort:
@@ -480,7 +474,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         watched.append(future)
         deadlines.append(loop.time() + self._request_timeout)
         self._exchanges[future] = exchange
-        future.add_done_callback(self._ended_callback)
+        future.add_done_callback(self._watched_ended)
         if self._watch_timer is None:
             self._watch_timer = loop.call_at(deadlines[0], self._watch_expired)
 

@@ -94,7 +94,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, cast
 
-from common import add_loop_option, on_each_loop, spread, start_broker
+from common import add_loop_option, on_each_loop, ratios, spread, start_broker
 
 from aiokafka07 import SimpleConsumer
 from aiokafka07.producer import Producer
@@ -104,13 +104,14 @@ from aiokafka07.protocol import (
     encode_multiproduce_request,
     encode_offsets_request,
 )
+from aiokafka07.testing.flush import FLUSH
 
 Future = asyncio.Future
 PAYLOAD = 100
 BATCH = 1000
 CODECS = ("none", "gzip", "snappy")
 #: How the brokers flush (aiokafka07.testing.flush): 0.7.2's shipped settings first.
-FLUSHES = ("shipped", "every-message")
+FLUSHES = tuple(FLUSH)
 VARIANTS = ("floor", "batch_floor", "enc_floor", "enc_batch_floor", "send", "send_batch")
 #: Each measured variant's floor: the minimal client of the same shape.
 FLOOR_OF = {"send": "floor", "send_batch": "batch_floor"}
@@ -225,6 +226,11 @@ def encode_only(payloads: list[bytes], codec: str) -> float:
     for i in range(0, len(payloads), BATCH):
         encode_message_set(payloads[i : i + BATCH], compression=codec)
     return time.process_time() - started
+
+
+def defaults_topic(confirm: bool) -> str:
+    """The topic of the defaults row's runs (written, then counted)."""
+    return f"defaults-{'confirm' if confirm else 'fire'}"
 
 
 def topic_of(variant: str, codec: str, confirm: bool) -> str:
@@ -363,7 +369,7 @@ async def run_defaults(
     """``Producer(brokers=...)`` at its defaults (but ``confirm``): ``await send()`` in a
     loop, then ``flush()``. Wall seconds until the last send() returned and until
     flush() returned, and CPU seconds of this process."""
-    topic = f"defaults-{'confirm' if confirm else 'fire'}"
+    topic = defaults_topic(confirm)
     async with Producer(brokers=f"0:127.0.0.1:{port}", confirm=confirm) as p:
         cpu, started = time.process_time(), time.perf_counter()
         for value in payloads:
@@ -427,7 +433,7 @@ async def run(
                                 f"{flush}: {topic}: {found} of {rounds * messages} in the log"
                             )
                 for confirm in (True, False):
-                    topic = f"defaults-{'confirm' if confirm else 'fire'}"
+                    topic = defaults_topic(confirm)
                     found = await count_messages(port, topic)
                     if found != rounds * defaults_messages:
                         raise RuntimeError(
@@ -470,13 +476,13 @@ def defaults_entry(
             "tail_ms": spread([r["tail"] * 1000 for r in runs]),
             "cpu_ns_per_message": spread([r["cpu"] / count * 1e9 for r in runs]),
         }
-    entry["sending_rate_ratio"] = spread(
-        [b["sending"] / a["sending"] for a, b in zip(on, off, strict=True)]
+    # Rates are messages over seconds: confirm's rate over the other's is their seconds'
+    # ratio the other way round.
+    entry["sending_rate_ratio"] = ratios([r["sending"] for r in off], [r["sending"] for r in on])
+    entry["end_to_end_rate_ratio"] = ratios(
+        [r["end_to_end"] for r in off], [r["end_to_end"] for r in on]
     )
-    entry["end_to_end_rate_ratio"] = spread(
-        [b["end_to_end"] / a["end_to_end"] for a, b in zip(on, off, strict=True)]
-    )
-    entry["cpu_ratio"] = spread([a["cpu"] / b["cpu"] for a, b in zip(on, off, strict=True)])
+    entry["cpu_ratio"] = ratios([r["cpu"] for r in on], [r["cpu"] for r in off])
     return entry
 
 
@@ -493,8 +499,7 @@ def cpu_entry(
         if variant in FLOOR_OF:
             floor = cpu[(flush, codec, confirm, FLOOR_OF[variant])]
             entry[f"{variant}_floor"] = FLOOR_OF[variant]
-            ratios = [v / f for v, f in zip(per_message, floor, strict=True)]
-            entry[f"{variant}_over_floor"] = spread(ratios)
+            entry[f"{variant}_over_floor"] = ratios(per_message, floor)
             # The same without the codec's work (encoding the same messages, timed in
             # the same round), which the floor never does.
             rest = [(v - e) / f for v, e, f in zip(per_message, encode, floor, strict=True)]
@@ -504,12 +509,8 @@ def cpu_entry(
             bound = ENCODING_FLOOR_OF[variant]
             inline = cpu[(flush, codec, confirm, bound)]
             entry[f"{variant}_encoding_floor"] = bound
-            entry[f"{variant}_over_encoding_floor"] = spread(
-                [v / e for v, e in zip(per_message, inline, strict=True)]
-            )
-            entry[f"{bound}_over_floor"] = spread(
-                [e / f for e, f in zip(inline, floor, strict=True)]
-            )
+            entry[f"{variant}_over_encoding_floor"] = ratios(per_message, inline)
+            entry[f"{bound}_over_floor"] = ratios(inline, floor)
     return entry
 
 

@@ -772,7 +772,7 @@ async def test_pending_futures_stay_off_the_collector_until_they_are_completed(
     completed, a cancelled future included."""
     from aiokafka07.producer import batch
 
-    accelerated = batch.track_futures is not batch._pure_track_futures
+    accelerated = batch.track_futures is not batch._leave_tracked
     # Flushed only on the broker's timer (a minute away): the futures stay pending.
     async with (
         kafka_cluster(

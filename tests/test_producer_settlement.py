@@ -25,7 +25,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiokafka07 import SimpleConsumer
 from aiokafka07.errors import (
     DeliveryTimeoutError,
     DeliveryUnknownError,
@@ -36,11 +35,11 @@ from aiokafka07.errors import (
 )
 from aiokafka07.producer import Producer
 from aiokafka07.producer.settlement import Verdict, verdict
-from aiokafka07.protocol import EARLIEST, LATEST
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.testing.hostile import SilentBroker
 
 from .garbage_server import LoopbackServer, until_one_ends
+from .test_producer import all_values, read_logs
 from .wire import eventually
 
 # -- the verdicts ------------------------------------------------------------------------
@@ -91,15 +90,7 @@ def test_verdicts_are_sound_with_any_writers_and_exact_with_one(
 
 async def log_counts(cluster: KafkaCluster, topic: str) -> collections.Counter[bytes]:
     """How often each payload is in the logs of ``topic`` on every broker."""
-    seen: collections.Counter[bytes] = collections.Counter()
-    for broker in cluster.running:
-        async with SimpleConsumer(broker.host, broker.port) as consumer:
-            for partition in range(broker.config.num_partitions):
-                (end,) = await consumer.offsets_before(topic, partition, LATEST)
-                (start,) = await consumer.offsets_before(topic, partition, EARLIEST)
-                async for record in consumer.messages(topic, partition, start, end_offset=end):
-                    seen[record.value] += 1
-    return seen
+    return collections.Counter(all_values(await read_logs(cluster, topic)))
 
 
 class CuttableProxy(LoopbackServer):

@@ -40,17 +40,17 @@ class _PureBatchCore:
     byte_cap: int
 
 
-def _accelerated(name: str, twin: type[T]) -> type[T]:
-    """The C type ``name`` of ``_appender`` when it was built (and ``AIOKAFKA07_PURE``
-    is not set), else its pure-Python ``twin``: chosen once, at import, as the codec's
-    accelerator is."""
+def _accelerated(name: str, twin: T) -> T:
+    """The C type or function ``name`` of ``_appender`` when it was built (and
+    ``AIOKAFKA07_PURE`` is not set), else its pure-Python ``twin``: chosen once, at
+    import, as the codec's accelerator is."""
     if pure_forced():
         return twin
     try:
         from . import _appender  # type: ignore[attr-defined,unused-ignore]
     except ImportError:  # not built (no compiler at install time)
         return twin
-    return cast("type[T]", getattr(_appender, name))
+    return cast("T", getattr(_appender, name))
 
 
 if TYPE_CHECKING:
@@ -59,51 +59,22 @@ else:
     _BatchCore = _accelerated("BatchCore", _PureBatchCore)
 
 
-def _pure_untrack_future(future: object, /) -> None:
-    """The pure twin of ``_appender.untrack_future``: Python cannot take an object off
-    the cyclic garbage collector's lists, so it leaves the future as it is."""
-
-
-def _pure_track_futures(futures: list[Any], /) -> None:
-    """The pure twin of ``_appender.track_futures`` (nothing was untracked)."""
-
-
-def _pure_untrack_list(values: list[Any], /) -> None:
-    """The pure twin of ``_appender.untrack_list``: a no-op, as for futures."""
-
-
-def _pure_track_list(values: list[Any], /) -> None:
-    """The pure twin of ``_appender.track_list`` (nothing was untracked)."""
-
-
-def _accelerated_function(name: str, twin: Callable[..., None]) -> Callable[..., None]:
-    """The C function ``name`` of ``_appender`` when built (see :func:`_accelerated`)."""
-    if pure_forced():
-        return twin
-    try:
-        from . import _appender  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return twin
-    return cast("Callable[..., None]", getattr(_appender, name, twin))
+def _leave_tracked(_: object, /) -> None:
+    """The pure twin of ``_appender``'s ``untrack_future``, ``track_futures``,
+    ``untrack_list`` and ``track_list``: Python cannot take an object off the cyclic
+    garbage collector's lists, so it leaves every object as it is."""
 
 
 #: A message's future, held pending by its batch, is kept off the cyclic garbage
 #: collector's lists until the producer completes it (``_appender.c`` says why: under
 #: confirm mode's wait for the broker's flush, the collector walked tens of thousands of
-#: them per pass); ``track_futures`` puts a batch's back first. Both are no-ops in pure
-#: mode.
-untrack_future: Callable[[object], None] = _accelerated_function(
-    "untrack_future", _pure_untrack_future
-)
-track_futures: Callable[[list[Any]], None] = _accelerated_function(
-    "track_futures", _pure_track_futures
-)
-#: A sealed batch's lists (values, futures), once a request takes the batch, stay off
-#: the collector's lists until the producer completes it (``_appender.c``).
-untrack_list: Callable[[list[Any]], None] = _accelerated_function(
-    "untrack_list", _pure_untrack_list
-)
-track_list: Callable[[list[Any]], None] = _accelerated_function("track_list", _pure_track_list)
+#: them per pass); ``track_futures`` puts a batch's back first (and the list itself). So
+#: are a sealed batch's lists (values, futures), once a request takes the batch, until
+#: the producer completes it. All are no-ops in pure mode.
+untrack_future: Callable[[object], None] = _accelerated("untrack_future", _leave_tracked)
+track_futures: Callable[[list[Any]], None] = _accelerated("track_futures", _leave_tracked)
+untrack_list: Callable[[list[Any]], None] = _accelerated("untrack_list", _leave_tracked)
+track_list: Callable[[list[Any]], None] = _accelerated("track_list", _leave_tracked)
 
 
 class Batch(_BatchCore):

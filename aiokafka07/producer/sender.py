@@ -98,8 +98,6 @@ log = logging.getLogger("aiokafka07.producer")
 #: the broker answering again at once each time, or that was found twice for a partition
 #: its broker does not have, fails: the broker refuses that batch.
 MAX_ALONE_REFUSALS = 2
-#: FETCH error code 3: the partition is not configured for the topic (PROTOCOL §9).
-_WRONG_PARTITION = 3
 _CLOSED_UNSETTLED = "the producer closed before its broker's log end could settle it"
 
 
@@ -279,6 +277,11 @@ class Sender:
             return
         # Not again at once: meanwhile new messages fill whole batches, instead of a
         # batch per linger going round the retries while the broker is away.
+        await self._back_off(broker_id)
+
+    async def _back_off(self, broker_id: int) -> None:
+        """Wait the broker's own backoff (it failed to take a request, or its log ends
+        could not be read), longer at each failure in a row."""
         unreachable = self._unreachable.setdefault(
             broker_id, Backoff(self.backoff.base, self.backoff.cap)
         )
@@ -330,10 +333,7 @@ class Sender:
             self._taken.pop(broker_id, None)
             self.settle(broker_id, batches, exc)
             if not self.accumulator.closing:
-                unreachable = self._unreachable.setdefault(
-                    broker_id, Backoff(self.backoff.base, self.backoff.cap)
-                )
-                await asyncio.sleep(unreachable.failed())
+                await self._back_off(broker_id)
             return
         backoff = self._unreachable.get(broker_id)
         if backoff is not None:
@@ -496,10 +496,7 @@ class Sender:
             await self._unreachable_wait(broker_id, exc)
             return
         if not await self._settle_on(broker_id, conn):
-            unreachable = self._unreachable.setdefault(
-                broker_id, Backoff(self.backoff.base, self.backoff.cap)
-            )
-            await asyncio.sleep(unreachable.failed())
+            await self._back_off(broker_id)
 
     async def _settle_on(self, broker_id: int, conn: BrokerConnection) -> bool:
         """Read, on ``conn`` and before anything new is written there, the log end of
@@ -723,12 +720,12 @@ class Sender:
                     error = ProduceNotConfirmedError(
                         "written, and not confirmed", maybe_delivered=True
                     )
-                    self.outcomes.fail(batch, _unknown(error, self._late(batch)))
+                    self.outcomes.fail(batch, _unknown(error, self._late()))
         for doubts in self._doubts.values():
             for doubt in doubts:
                 for batch in doubt.batches:
                     if not batch.ended and now - batch.created >= limit:
-                        self.outcomes.fail(batch, _unknown(doubt.error, self._late(batch)))
+                        self.outcomes.fail(batch, _unknown(doubt.error, self._late()))
 
     def _not_written(self) -> Iterator[Batch]:
         """Batches a sender holds before writing them, and batches waiting for a retry."""
@@ -737,7 +734,7 @@ class Sender:
         for _, _, batch in self._retry_queue:
             yield batch
 
-    def _late(self, batch: Batch) -> str:
+    def _late(self) -> str:
         return (
             f"its delivery timeout ({self.delivery_timeout * 1000:g} ms from send()) ran out first"
         )
@@ -811,7 +808,7 @@ async def _log_end(conn: BrokerConnection, topic: str, partitions: range) -> int
     (The partitions of a partition -1 target were counted that way: they exist.)"""
     if len(partitions) == 1:
         exists = await conn.fetch(topic, partitions[0], 0, 0)
-        if exists.error_code == _WRONG_PARTITION:
+        if exists.error_code == InvalidPartitionError.code:
             return None
     answers = await asyncio.gather(*(conn.offsets(topic, p, LATEST) for p in partitions))
     return sum(offsets[0] if offsets else 0 for offsets in answers)
