@@ -70,7 +70,7 @@ async def test_broker_process_killed_mid_send_loses_no_confirmed_message(
         ):
             await asyncio.gather(*[await producer.send(TOPIC, b"warm") for _ in range(40)])
             # Keyless messages go to a random partition per batch: broker 1 is killed once
-            # it has confirmed some (from message 1500 on), so the kill hits a broker that
+            # it has confirmed some (at message 1500), so the kill hits a broker that
             # holds confirmed messages whatever the random choices were.
             took: list[bool] = []
 
@@ -85,6 +85,11 @@ async def test_broker_process_killed_mid_send_loses_no_confirmed_message(
                 future = await producer.send(TOPIC, b"v%05d" % i)
                 future.add_done_callback(note)
                 futures.append(future)
+                if killed_at is None and i == 1500:
+                    # Confirmations trail the writes (each waits for its broker's flush,
+                    # here on the flusher's timer): wait for broker 1's first, so the kill
+                    # comes at message 1500 whatever the machine's pace.
+                    await eventually(lambda: took, timeout=30)
                 if killed_at is None and i >= 1500 and took:
                     processes[1].send_signal(signal.SIGKILL)  # no clean stop at all
                     await processes[1].wait()
