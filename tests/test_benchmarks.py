@@ -261,14 +261,23 @@ def test_bridge_benchmark_reports_ratios_to_both_floors() -> None:
     assert set(figures["rates"]) == {"read_floor", "produce_floor", "bridge"}
 
 
-def test_exporter_benchmark_reports_scrape_floor_and_ratio() -> None:
+def test_exporter_benchmark_reports_scrape_floor_ratio_and_pressure() -> None:
     figures = run_json(
         "bench_exporter.py", "--partitions", "5", "--topics", "2", "--groups", "3",
-        "--rounds", "2",
+        "--rounds", "2", "--pressure-seconds", "6", "--scrapers", "4",
+        "--pressure-groups", "1",
     )  # fmt: skip
     assert figures["broker_partitions"] == 20
     assert figures["samples"] > 20
-    for name in ("scrape_s", "floor_s", "http_s", "scrape_over_floor"):
+    for name in ("format_s", "floor_s", "scrape_s", "http_s", "format_over_floor"):
         assert set(figures[name]) == {"median", "min", "max"}
         assert figures[name]["median"] > 0
     assert figures["refresh_s"] > 0
+    pressure = figures["pressure"]
+    assert pressure["scrapers"] == 4
+    assert set(pressure["answers"]) == {"200"}
+    assert pressure["answers"]["200"] > 4
+    assert pressure["zookeeper_errors"] == 0
+    assert 0 < pressure["max_age_over_interval"] < 3
+    assert pressure["refresh_s"]["median"] > 0
+    assert pressure["kept_scrape_s"]["median"] > 0

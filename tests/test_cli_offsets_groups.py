@@ -142,3 +142,24 @@ async def test_groups_list_describe_and_offsets_round_trip(
         assert error.endswith("offset -1 of lag/0-0 is not an offset >= 0")
         error = await fails("export-offsets", "nobody", "-", *zk)
         assert error.endswith("there is no consumer group 'nobody' in ZooKeeper")
+
+
+async def test_describe_never_counts_an_unreadable_log_end_as_zero(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """A committed offset on a broker that is not registered (its log end cannot be
+    read): the total lag is unknown, not the sum of the others."""
+    zk = ["--zookeeper", zookeeper]
+    async with kafka_cluster(2, num_partitions=2) as cluster:
+        await fill(zookeeper, cluster, "gone", 5)
+        async with ZooKeeper(zookeeper) as client:
+            for name in ("0-0", "9-0"):  # broker 9 was never there
+                await client.write_persistent(f"/consumers/partial/offsets/gone/{name}", "0")
+        described = json.loads(await ok("groups", "describe", "partial", *zk, "--json"))
+        rows = {f"{r['broker_id']}-{r['partition']}": r for r in described["partitions"]}
+        assert rows["0-0"]["lag"] > 0
+        assert rows["9-0"]["lag"] is None
+        assert described["total_lag"] is None
+        assert described["unknown_partitions"] == 1
+        text = (await ok("groups", "describe", "partial", *zk)).decode()
+        assert "total lag: unknown (1 partitions' log ends could not be read" in text

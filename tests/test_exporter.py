@@ -25,6 +25,7 @@ from aiokafka07.monitor.lag import LagStatus
 from aiokafka07.monitor.server import ExporterServer
 from aiokafka07.monitor.status import LagTracker
 from aiokafka07.testing.process import start_broker_process, stop_broker_process
+from aiokafka07.testing.scrapers import start_scrapers
 from aiokafka07.tools.common import delete_tree
 from aiokafka07.znodes import GroupRegistry, group_path
 from aiokafka07.zookeeper import ZooKeeper
@@ -420,3 +421,161 @@ async def test_only_reads(kafka_cluster: Any, zookeeper: str) -> None:
                 await get(server, "/status")
         assert await tree(zk) == before
         assert await log_ends(cluster, TOPIC) == ends
+
+
+async def test_unknown_lag_is_never_zero(tmp_path: Path) -> None:
+    """A SIGSTOPped broker's group partitions are unknown, not zero: ERR with the
+    reason, counted in kafka07_group_partitions_unknown, left out of no sum (the group's
+    kafka07_group_lag_bytes is absent, /status says total_lag null, partial); the
+    other broker's partitions keep their lag; nothing is stale; SIGCONT: back."""
+    async with (
+        own_zookeeper() as zk_server,
+        broker_processes(tmp_path, zk_server.connect_string) as brokers,
+        ZooKeeper(zk_server.connect_string) as zk,
+    ):
+        registry = GroupRegistry(zk, "g")
+        for broker, partition in PARTS:
+            await registry.commit(TOPIC, f"{broker}-{partition}", 0)
+        async with exporter(zk_server.connect_string, request_timeout_ms=1000.0) as (_, server):
+            await eventually(lambda: _has_partitions(server, 4), 20)
+            whole = value(await scrape(server), "kafka07_group_lag_bytes", group="g")
+            assert whole is not None
+            assert whole > 0
+            process, _ = brokers[1]
+            process.send_signal(signal.SIGSTOP)
+            try:
+                await eventually(
+                    lambda: _equals(server, 2, "kafka07_group_partitions_unknown", group="g"), 20
+                )
+                samples = await scrape(server)
+                assert value(samples, "kafka07_group_lag_bytes", group="g") is None
+                assert value(samples, "kafka07_group_status", group="g") == LagStatus.ERR
+                statuses = by_labels(samples, "kafka07_group_partition_status", group="g")
+                lags = by_labels(samples, "kafka07_group_partition_lag_bytes", group="g")
+                for broker, partition in PARTS:
+                    key = partition_key(broker, partition)
+                    if broker == 1:
+                        assert statuses[key] == LagStatus.ERR
+                        assert key not in lags
+                    else:
+                        assert lags[key] > 0
+                assert value(samples, "kafka07_exporter_stale") == 0
+                status, text = await get(server, "/status/g")
+                document = json.loads(text)
+                assert status == 200
+                assert document["stale"] is False
+                assert document["total_lag"] is None
+                assert document["partial"] is True
+                assert document["unknown_partitions"] == 2
+                for row in document["partitions"]:
+                    if row["broker"] == 1:
+                        assert row["status"] == "ERR"
+                        assert row["lag"] is None
+                        assert "broker 1 did not answer OFFSETS" in row["unknown"]
+                        assert row["reason"].startswith("lag unknown: broker 1")
+                    else:
+                        assert row["unknown"] is None
+                        assert row["lag"] > 0
+                everything = json.loads((await get(server, "/status"))[1])
+                assert [g["total_lag"] for g in everything["groups"]] == [None]
+            finally:
+                process.send_signal(signal.SIGCONT)
+            await eventually(
+                lambda: _equals(server, 0, "kafka07_group_partitions_unknown", group="g"), 20
+            )
+            assert value(await scrape(server), "kafka07_group_lag_bytes", group="g") == whole
+
+
+async def test_fresh_under_scrapes_back_to_back(kafka_cluster: Any, zookeeper: str) -> None:
+    """20 clients (another process) scraping /metrics back to back do not starve the
+    refresher: the state's age stays within a few refresh intervals, ZooKeeper's
+    requests never time out, and a refresh's series are formatted once, not per scrape.
+    (Formatting every scrape on the refresher's loop kept state_age growing for as long
+    as the scrapes went on, with ZooKeeper errors.)"""
+    topics, partitions = 8, 25  # 400 broker-partitions, 2 groups of 200 partitions
+    async with (
+        kafka_cluster(2, zookeeper=zookeeper, num_partitions=partitions),
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        targets = [(b, p) for b in range(2) for p in range(partitions)]
+        for t in range(topics):
+            await produce(producer, f"pressure-{t}", targets, 1, "x")
+        for g in range(2):
+            registry = GroupRegistry(zk, f"pressure-{g}")
+            await asyncio.gather(
+                *(registry.commit(f"pressure-{g}", f"{b}-{p}", 0) for b, p in targets)
+            )
+        interval = 1.0
+        async with exporter(zookeeper, interval_ms=interval * 1000, min_interval_ms=200.0) as (
+            monitor,
+            server,
+        ):
+            assert await monitor.wait_refreshed(20)
+            await scrape(server)  # formatted once before the pressure starts
+            errors, refreshes, renders = (
+                monitor.errors["zookeeper"],
+                monitor.refreshes,
+                server.renders,
+            )
+            seconds = 8.0
+            scrapers = await start_scrapers(f"{server.url}/metrics", 20, seconds)
+            ages = []
+            try:
+                while scrapers.returncode is None:
+                    refreshed_at = monitor.state.refreshed_at
+                    assert refreshed_at is not None
+                    ages.append(time.time() - refreshed_at)
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(scrapers.wait(), 0.1)
+                out, _ = await scrapers.communicate()
+            finally:
+                if scrapers.returncode is None:
+                    scrapers.kill()
+                    await scrapers.wait()
+            assert scrapers.returncode == 0
+            statuses = json.loads(out)["statuses"]
+            assert set(statuses) == {"200"}  # none turned away: 8 at once, the rest wait
+            served = statuses["200"]
+            assert served >= 40  # back to back: many scrapes per refresh
+            assert max(ages) < 3 * interval, max(ages)
+            assert monitor.errors["zookeeper"] == errors
+            assert monitor.refreshes - refreshes >= seconds / interval / 2
+            # One formatting per refresh (and per interval without one), not per scrape.
+            assert (
+                server.renders - renders <= monitor.refreshes - refreshes + seconds / interval + 1
+            )
+            assert served > 3 * (server.renders - renders)
+
+
+async def test_scrapes_beyond_the_bound_wait_then_get_503(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """max_scrapes requests are answered at once; another waits for a turn, and one that
+    waited scrape_wait_ms gets 503 saying so (the exporter stays responsive)."""
+    async with (
+        kafka_cluster(1, zookeeper=zookeeper),
+        exporter(zookeeper) as (monitor, _),
+    ):
+        assert await monitor.wait_refreshed(10)
+        tracker = LagTracker()
+        async with ExporterServer(
+            monitor, tracker, port=0, max_scrapes=1, scrape_wait_ms=200.0
+        ) as server:
+            assert (await get(server, "/metrics"))[0] == 200
+            # A scrape under way holds the only turn (on the server's own loop).
+            turns, loop = server._turns, server._loop
+            assert turns is not None
+            assert loop is not None
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(turns.acquire(), loop))
+            started = time.monotonic()
+            status, text = await get(server, "/metrics")
+            assert status == 503
+            assert "1 requests are being answered" in text
+            assert 0.2 <= time.monotonic() - started < 2
+            waiting = asyncio.ensure_future(get(server, "/status"))
+            await asyncio.sleep(0.05)
+            loop.call_soon_threadsafe(turns.release)
+            assert (await waiting)[0] == 200
+    with pytest.raises(ValueError, match="max_scrapes"):
+        ExporterServer(monitor, tracker, port=0, max_scrapes=0)

@@ -22,6 +22,12 @@ every ``interval_ms`` or sooner when a watch fired (at most every ``min_interval
 When ZooKeeper cannot be reached the last state stays served and :attr:`ClusterMonitor.stale`
 is true; the refresher waits for the connection and refreshes as soon as it is back. A
 broker that cannot be probed is shown down (its partitions keep no offsets).
+
+**Unknown is never zero.** A group partition whose lag cannot be known now (its broker did
+not answer OFFSETS, is not registered, or was left out by ``max_partitions``; its offset
+znode holds no offset) carries the reason in :attr:`GroupPartitionState.unknown`, and
+:attr:`GroupState.unknown` counts them: consumers of the state report such a group's
+total lag as unknown, never as the sum of the partitions that could be read.
 """
 
 from __future__ import annotations
@@ -115,6 +121,8 @@ class GroupPartitionState:
     unmoved_seconds: float | None
     #: When the committed offset was last written (ZooKeeper's mtime, ms since the epoch).
     committed_at_ms: int | None = None
+    #: Why the lag cannot be known now (None: known, or no offset committed yet).
+    unknown: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +133,19 @@ class GroupState:
     members: int
     rebalances: int
     partitions: tuple[GroupPartitionState, ...]
+
+    @property
+    def unknown(self) -> int:
+        """Partitions whose lag cannot be known now (see :attr:`GroupPartitionState.unknown`)."""
+        return sum(p.unknown is not None for p in self.partitions)
+
+    @property
+    def total_lag(self) -> int | None:
+        """The sum of the partitions' lags; None while any is unknown (a sum of the others
+        would fall during an outage, and read as consumers catching up)."""
+        if self.unknown:
+            return None
+        return sum(p.lag or 0 for p in self.partitions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,10 +224,12 @@ class WatchedListings:
 
 
 class _Commit(NamedTuple):
-    """A committed offset as read (None: not an offset) and its znode's mtime (ms)."""
+    """A committed offset as read (None: none committed, or not an offset: ``bad``) and
+    its znode's mtime (ms)."""
 
     offset: int | None
     at_ms: int | None
+    bad: bool = False
 
 
 class _Limits:
@@ -221,6 +244,31 @@ class _Limits:
         self.left -= len(taken)
         self.cut += len(items) - len(taken)
         return taken
+
+
+class _Unknown:
+    """Why a partition's log end is not known after a refresh (for
+    :attr:`GroupPartitionState.unknown`)."""
+
+    def __init__(
+        self,
+        registered: Mapping[int, BrokerAddress],
+        unreadable: Mapping[int, str],
+        left_out: set[TopicPartition],
+    ) -> None:
+        self.registered = registered
+        self.unreadable = unreadable
+        self.left_out = left_out
+
+    def reason(self, tp: TopicPartition) -> str:
+        if tp.broker_id not in self.registered:
+            return f"broker {tp.broker_id} is not registered in ZooKeeper"
+        found = self.unreadable.get(tp.broker_id)
+        if found is not None:
+            return found
+        if tp in self.left_out:
+            return "left out: more broker-partitions than max_partitions"
+        return f"{tp.topic} has no partition {tp.name} registered in ZooKeeper"
 
 
 class ClusterMonitor:
@@ -406,6 +454,7 @@ class ClusterMonitor:
         )
         limits = _Limits(self.max_partitions)
         by_broker: dict[int, list[TopicPartition]] = {b: [] for b in registered}
+        left_out: set[TopicPartition] = set()
         for topic, values in zip(topics, topic_values, strict=True):
             registrations = registrations_from_values(topic, values)
             partitions = [
@@ -414,7 +463,9 @@ class ClusterMonitor:
                 if b in registered
                 for p in range(count)
             ]
-            for tp in limits.take(partitions):
+            taken = limits.take(partitions)
+            left_out.update(partitions[len(taken) :])
+            for tp in taken:
                 by_broker[tp.broker_id].append(tp)
         groups_task = asyncio.ensure_future(self._read_groups())
         try:
@@ -430,9 +481,12 @@ class ClusterMonitor:
         now = time.monotonic()
         brokers: list[BrokerState] = []
         offsets: dict[TopicPartition, LogOffsets] = {}
+        #: broker id -> why its partitions' log ends are not known now.
+        unreadable: dict[int, str] = {}
         for broker_id, probe in zip(by_broker, probes, strict=True):
             if probe.error is not None:
                 self.errors["broker"] += 1
+                unreadable[broker_id] = f"broker {broker_id} did not answer OFFSETS: {probe.error}"
                 log.debug("broker %d did not answer OFFSETS: %s", broker_id, probe.error)
             offsets.update(probe.offsets)
             brokers.append(
@@ -454,7 +508,8 @@ class ClusterMonitor:
             for tp, o in sorted(offsets.items())
         ]
         self._previous_ends = {tp: (o.end, now) for tp, o in offsets.items()}
-        group_states = [self._group_state(g, m, c, w, offsets, now) for g, m, c, w in groups]
+        why = _Unknown(registered, unreadable, left_out)
+        group_states = [self._group_state(g, m, c, w, offsets, why) for g, m, c, w in groups]
         if limits.cut:
             self.errors["limit"] += 1
             log.warning("listed %d broker-partitions, left %d out", self.max_partitions, limits.cut)
@@ -546,7 +601,8 @@ class ClusterMonitor:
             if read is None:
                 committed[tp] = _Commit(None, None)  # owned, never committed
             else:
-                committed[tp] = _Commit(self._offset(group, tp, read[0]), read[1])
+                offset = self._offset(group, tp, read[0])
+                committed[tp] = _Commit(offset, read[1], bad=offset is None)
         return members, committed, owners
 
     def _parse(self, group: str, topic: str, name: str) -> TopicPartition | None:
@@ -574,7 +630,7 @@ class ClusterMonitor:
         committed: Mapping[TopicPartition, _Commit],
         owners: Mapping[TopicPartition, str],
         offsets: Mapping[TopicPartition, LogOffsets],
-        now: float,
+        why: _Unknown,
     ) -> GroupState:
         previous = self._members.get(group)
         if previous is not None and previous != members:
@@ -582,7 +638,7 @@ class ClusterMonitor:
         self._members[group] = members
         rows = []
         wall = time.time()
-        for tp, (offset, at_ms) in sorted(committed.items()):
+        for tp, (offset, at_ms, bad) in sorted(committed.items()):
             log_offsets = offsets.get(tp)
             unmoved: float | None = None
             if offset is not None and at_ms is not None:
@@ -593,8 +649,15 @@ class ClusterMonitor:
                     self._moved[(group, tp)] = seen
                 unmoved = max(wall - seen[1], 0.0)
             lag = None
+            unknown = None
             if offset is not None and log_offsets is not None:
                 lag = log_offsets.end - offset
+            elif bad:
+                unknown = (
+                    f"its offset znode holds no offset ({offset_path(group, tp.topic, tp.name)})"
+                )
+            elif offset is not None:
+                unknown = why.reason(tp)
             rows.append(
                 GroupPartitionState(
                     tp,
@@ -605,6 +668,7 @@ class ClusterMonitor:
                     lag,
                     unmoved,
                     at_ms,
+                    unknown,
                 )
             )
         return GroupState(group, len(members), self._rebalances.get(group, 0), tuple(rows))

@@ -1,25 +1,42 @@
-"""The exporter's metrics: a ``prometheus_client`` collector over a :class:`ClusterMonitor`.
+"""The exporter's metrics: ``prometheus_client`` collectors over a :class:`ClusterMonitor`.
 
-:class:`ClusterCollector` yields metric families built from the monitor's cached
-:class:`~aiokafka07.monitor.cluster_state.ClusterState` (nothing here talks to the
-cluster), so a scrape costs the formatting of what the last refresh found. Register it on
-a registry of its own and format with ``prometheus_client.generate_latest``.
-The names are in :data:`METRICS` (and in the docs' table, docs/operations/monitoring.md).
+Two parts, because they change at different paces:
+
+* :class:`StateCollector`: what one refresh found (brokers, partitions, groups, their
+  lag and statuses), from an immutable :class:`~aiokafka07.monitor.cluster_state.ClusterState`
+  and the verdicts judged for it: thousands of series, formatted once per refresh (the
+  server keeps the text; a scrape never formats them again);
+* :class:`HealthCollector`: the exporter's own state (the state's age, staleness, the
+  ZooKeeper connection, errors): a dozen series, formatted at every scrape.
+
+:class:`ClusterCollector` is both at once (what a scrape answers). Nothing here talks to
+the cluster. Register a collector on a registry of its own (:func:`registry_for`) and
+format with ``prometheus_client.generate_latest``. The names are in :data:`METRICS` (and
+in the docs' table, docs/operations/monitoring.md).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from .cluster_state import ClusterMonitor
-from .lag import worst
+from ..records import TopicPartition
+from .cluster_state import ClusterMonitor, ClusterState
+from .lag import PartitionLag, worst
 from .status import LagTracker
 
-__all__ = ["METRICS", "ClusterCollector", "registry_for"]
+__all__ = [
+    "METRICS",
+    "ClusterCollector",
+    "HealthCollector",
+    "StateCollector",
+    "Verdicts",
+    "judge",
+    "registry_for",
+]
 
 _PARTITION = ["topic", "broker", "partition"]
 _GROUP_PARTITION = ["group", *_PARTITION]
@@ -37,7 +54,13 @@ METRICS: dict[str, str] = {
     ),
     "kafka07_group_members": "Live members of the consumer group",
     "kafka07_group_rebalances_total": "Changes of the group's member list the exporter saw",
-    "kafka07_group_lag_bytes": "Sum of the group's partition lags (bytes)",
+    "kafka07_group_lag_bytes": (
+        "Sum of the group's partition lags (bytes); absent while any partition's is unknown"
+    ),
+    "kafka07_group_partitions_unknown": (
+        "Partitions of the group whose lag cannot be known now (broker not answering, "
+        "offset unreadable): ERR, and left out of no sum"
+    ),
     "kafka07_group_status": (
         "The group's lag status, its worst partition's: 0 OK, 1 WARN, 2 STALL, 3 STOP, 4 ERR"
     ),
@@ -48,9 +71,13 @@ METRICS: dict[str, str] = {
     "kafka07_group_partition_owner_info": "The consumer thread owning the partition",
     "kafka07_group_partition_lag_bytes": "Log end minus committed offset (bytes)",
     "kafka07_group_partition_offset_unmoved_seconds": (
-        "Seconds since the exporter saw the committed offset change (at most its uptime)"
+        "Seconds since the committed offset last changed, as of the last refresh (from the "
+        "znode's write time when the exporter first saw it)"
     ),
     "kafka07_exporter_scrape_duration_seconds": "How long the previous scrape took to answer",
+    "kafka07_exporter_render_duration_seconds": (
+        "How long formatting the last refresh's series took (once per refresh, off the event loop)"
+    ),
     "kafka07_exporter_refresh_duration_seconds": "How long the last refresh of the state took",
     "kafka07_exporter_state_age_seconds": "Seconds since the state served was read",
     "kafka07_exporter_refreshes_total": "Successful refreshes of the state",
@@ -64,17 +91,28 @@ def _gauge(name: str, labels: list[str] | None = None) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, METRICS[name], labels=labels)
 
 
-class ClusterCollector(Collector):
-    """Metric families of one cluster, from ``monitor``'s cached state and ``tracker``'s
-    lag windows."""
+Verdicts = Mapping[str, Mapping[TopicPartition, PartitionLag]]
+"""Each group's partition verdicts (group name -> partition -> verdict)."""
 
-    def __init__(self, monitor: ClusterMonitor, tracker: LagTracker) -> None:
-        self.monitor = monitor
-        self.tracker = tracker
+Family = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily]:
-        monitor = self.monitor
-        state = monitor.state
+
+def judge(monitor: ClusterMonitor, tracker: LagTracker, now_ms: int | None = None) -> Verdicts:
+    """The verdicts on every group partition of the monitor's state, at ``now_ms``."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return {g.group: tracker.evaluate(g, now) for g in monitor.state.groups}
+
+
+class StateCollector(Collector):
+    """The series of one refresh: ``state`` and its ``verdicts`` (from :func:`judge`).
+    Holds only immutable values, so it may be formatted in another thread."""
+
+    def __init__(self, state: ClusterState, verdicts: Verdicts) -> None:
+        self.state = state
+        self.verdicts = verdicts
+
+    def collect(self) -> Iterator[Family]:
+        state = self.state
         yield from self._brokers()
         oldest = _gauge("kafka07_topic_partition_oldest_offset", _PARTITION)
         newest = _gauge("kafka07_topic_partition_newest_offset", _PARTITION)
@@ -87,10 +125,9 @@ class ClusterCollector(Collector):
                 rate.add_metric(labels, p.bytes_in_per_second)
         yield from (oldest, newest, rate)
         yield from self._groups()
-        yield from self._health()
 
     def _brokers(self) -> Iterator[GaugeMetricFamily]:
-        brokers = self.monitor.state.brokers
+        brokers = self.state.brokers
         count = _gauge("kafka07_brokers")
         count.add_metric([], sum(b.registered for b in brokers))
         registered = _gauge("kafka07_broker_registered", ["broker"])
@@ -104,7 +141,7 @@ class ClusterCollector(Collector):
                 probe.add_metric(label, b.probe_seconds)
         yield from (count, registered, up, probe)
 
-    def _groups(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily]:
+    def _groups(self) -> Iterator[Family]:
         members = _gauge("kafka07_group_members", ["group"])
         rebalances = CounterMetricFamily(
             "kafka07_group_rebalances",
@@ -112,6 +149,7 @@ class ClusterCollector(Collector):
             labels=["group"],
         )
         total = _gauge("kafka07_group_lag_bytes", ["group"])
+        unknown = _gauge("kafka07_group_partitions_unknown", ["group"])
         committed = _gauge("kafka07_group_partition_committed_offset", _GROUP_PARTITION)
         owner = InfoMetricFamily(
             "kafka07_group_partition_owner",
@@ -122,13 +160,15 @@ class ClusterCollector(Collector):
         unmoved = _gauge("kafka07_group_partition_offset_unmoved_seconds", _GROUP_PARTITION)
         status = _gauge("kafka07_group_status", ["group"])
         partition_status = _gauge("kafka07_group_partition_status", _GROUP_PARTITION)
-        now_ms = int(time.time() * 1000)
-        for g in self.monitor.state.groups:
-            verdicts = self.tracker.evaluate(g, now_ms)
+        for g in self.state.groups:
+            verdicts = self.verdicts.get(g.group, {})
             status.add_metric([g.group], int(worst(v.status for v in verdicts.values())))
             members.add_metric([g.group], g.members)
             rebalances.add_metric([g.group], g.rebalances)
-            total.add_metric([g.group], sum(p.lag or 0 for p in g.partitions))
+            unknown.add_metric([g.group], g.unknown)
+            group_lag = g.total_lag
+            if group_lag is not None:  # unknown is never summed as zero
+                total.add_metric([g.group], group_lag)
             for p in g.partitions:
                 labels = [g.group, p.tp.topic, str(p.tp.broker_id), str(p.tp.partition)]
                 if p.committed is not None:
@@ -139,16 +179,30 @@ class ClusterCollector(Collector):
                     lag.add_metric(labels, p.lag)
                 if p.unmoved_seconds is not None:
                     unmoved.add_metric(labels, p.unmoved_seconds)
-                partition_status.add_metric(labels, int(verdicts[p.tp].status))
-        yield from (members, rebalances, total, status, committed, owner, lag, unmoved)
+                verdict = verdicts.get(p.tp)
+                if verdict is not None:
+                    partition_status.add_metric(labels, int(verdict.status))
+        yield from (members, rebalances, total, unknown, status, committed, owner, lag, unmoved)
         yield partition_status
 
-    def _health(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+
+class HealthCollector(Collector):
+    """The exporter's own series, read live from ``monitor`` at every collect."""
+
+    def __init__(self, monitor: ClusterMonitor) -> None:
+        self.monitor = monitor
+        #: Seconds the last formatting of a refresh's series took (set by the server).
+        self.render_seconds: float | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         monitor = self.monitor
         state = monitor.state
         scrape = _gauge("kafka07_exporter_scrape_duration_seconds")
         if monitor.scrape_seconds is not None:
             scrape.add_metric([], monitor.scrape_seconds)
+        render = _gauge("kafka07_exporter_render_duration_seconds")
+        if self.render_seconds is not None:
+            render.add_metric([], self.render_seconds)
         refresh = _gauge("kafka07_exporter_refresh_duration_seconds")
         age = _gauge("kafka07_exporter_state_age_seconds")
         if state.refresh_seconds is not None and state.refreshed_at is not None:
@@ -167,7 +221,24 @@ class ClusterCollector(Collector):
         )
         for kind, count in sorted(monitor.errors.items()):
             errors.add_metric([kind], count)
-        yield from (scrape, refresh, age, refreshes, connected, stale, errors)
+        yield from (scrape, render, refresh, age, refreshes, connected, stale, errors)
+
+
+class ClusterCollector(Collector):
+    """Every series of one cluster at once, judged at collect time: a
+    :class:`StateCollector` of ``monitor``'s state (with ``tracker``'s verdicts), then a
+    :class:`HealthCollector`. (The server formats the two apart: the first once per
+    refresh.)"""
+
+    def __init__(self, monitor: ClusterMonitor, tracker: LagTracker) -> None:
+        self.monitor = monitor
+        self.tracker = tracker
+        self.health = HealthCollector(monitor)
+
+    def collect(self) -> Iterator[Family]:
+        state = StateCollector(self.monitor.state, judge(self.monitor, self.tracker))
+        yield from state.collect()
+        yield from self.health.collect()
 
 
 def registry_for(collector: Collector) -> CollectorRegistry:

@@ -6,8 +6,12 @@ committed offset and a known log end becomes an
 :class:`~aiokafka07.monitor.lag.OffsetSample` (its ``at_ms`` is the offset znode's mtime,
 so a rewrite of the same offset counts as a commit, as Burrow counts them). Windows of
 partitions or groups that left the state are dropped. :meth:`LagTracker.evaluate` judges
-them at a given time (the server and the collector ask at scrape time, so STOP appears
-without waiting for a refresh), and a group's status is the worst of its partitions'.
+them at a given time, and a group's status is the worst of its partitions'.
+
+A partition whose lag cannot be known now (its broker does not answer, its offset znode
+holds no offset: :attr:`~aiokafka07.monitor.cluster_state.GroupPartitionState.unknown`)
+is ERR with that reason, never judged on what was seen before the outage, and its group's
+total lag is unknown (``null``), not the sum of the others.
 """
 
 from __future__ import annotations
@@ -58,18 +62,19 @@ class LagTracker:
         verdicts = {}
         for p in group.partitions:
             window = self._windows.get((group.group, p.tp))
-            if window is not None:
+            if p.unknown is not None:
+                verdicts[p.tp] = PartitionLag(LagStatus.ERR, None, f"lag unknown: {p.unknown}")
+            elif window is not None:
                 verdicts[p.tp] = window.evaluate(now)
             elif p.committed is None:
                 verdicts[p.tp] = PartitionLag(LagStatus.OK, None, "no committed offset")
             else:
-                verdicts[p.tp] = PartitionLag(
-                    LagStatus.OK, None, "log end not known (broker down?)"
-                )
+                verdicts[p.tp] = PartitionLag(LagStatus.OK, None, "log end not read yet")
         return verdicts
 
     def group_document(self, group: GroupState, now_ms: int | None = None) -> dict[str, Any]:
-        """One group's status as JSON: the worst status, total lag, and each partition."""
+        """One group's status as JSON: the worst status, total lag (null while any
+        partition's is unknown: ``partial``), and each partition."""
         verdicts = self.evaluate(group, now_ms)
         partitions = []
         for p in group.partitions:
@@ -85,13 +90,16 @@ class LagTracker:
                     "lag": p.lag,
                     "owner": p.owner,
                     "reason": verdict.reason,
+                    "unknown": p.unknown,
                 }
             )
         return {
             "group": group.group,
             "status": worst(v.status for v in verdicts.values()).name,
             "members": group.members,
-            "total_lag": sum(p.lag or 0 for p in group.partitions),
+            "total_lag": group.total_lag,
+            "partial": group.unknown > 0,
+            "unknown_partitions": group.unknown,
             "partitions": partitions,
         }
 

@@ -200,10 +200,12 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
         )
     rows = []
     total = 0
+    unknown = 0  # committed, but the log end could not be read: never counted as 0
     for tp, end in zip(partitions, ends, strict=True):
         offset = committed[tp]
         lag = None if end is None or offset is None else end - offset
         total += lag or 0
+        unknown += offset is not None and end is None
         rows.append(
             {
                 "topic": tp.topic,
@@ -215,7 +217,13 @@ async def describe_group(zk: ZooKeeper, group: str, only_topics: list[str]) -> d
                 "lag": lag,
             }
         )
-    return {"group": group, "members": members, "partitions": rows, "total_lag": total}
+    return {
+        "group": group,
+        "members": members,
+        "partitions": rows,
+        "total_lag": None if unknown else total,
+        "unknown_partitions": unknown,
+    }
 
 
 async def group_partitions(
@@ -268,7 +276,14 @@ def _print_description(description: dict[str, Any], as_json: bool) -> None:
         return
     rows = [_partition_row(p, p["owner"] or "none") for p in description["partitions"]]
     print(format_table(["TOPIC", "PARTITION", "COMMITTED", "LOG END", "LAG", "OWNER"], rows))
-    print(f"\ntotal lag: {description['total_lag']} bytes")
+    unknown = description["unknown_partitions"]
+    if unknown:
+        print(
+            f"\ntotal lag: unknown ({unknown} partitions' log ends could not be read: "
+            "is their broker up?)"
+        )
+    else:
+        print(f"\ntotal lag: {description['total_lag']} bytes")
 
 
 # -- status ------------------------------------------------------------------------------
