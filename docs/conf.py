@@ -58,7 +58,9 @@ autodoc_mock_imports = ["pyspark", "pyarrow", "numpy", "pandas"]
 # -- HTML -------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"aiokafka07 {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+# Tables whose code spans wrap instead of running off the page (see the file).
+html_css_files = ["aiokafka07.css"]
 html_copy_source = False
 html_theme_options = {"navigation_with_keys": True}
 # Offline and reproducible: no fonts or scripts from elsewhere.

@@ -4,10 +4,14 @@ calls the code has, with those signatures; and the wheel carries the metadata a 
 index page shows.
 
 The site build is the one command README gives (``python -m sphinx -W ...``), into a
-temporary directory. With ``-W`` a warning fails it: a broken link or anchor, a docstring
-reference to a name that does not exist, a public name without a reference entry, a
-console tool without a page (``docs/_ext/aiokafka07_docs.py``). The code blocks of the
-pages run in ``tests/test_readme.py``.
+temporary directory, in a fresh virtual environment that holds only what README's
+``pip install -e '.[docs]'`` installs: a module autodoc imports that the ``docs`` extra
+does not bring fails it. With ``-W`` a warning fails it: a broken link or anchor, a
+docstring reference to a name that does not exist, a public name without a reference
+entry, a console tool without a page (``docs/_ext/aiokafka07_docs.py``). Sphinx does
+not check the anchors of the links it writes itself (the source pages' "[docs]" links):
+every internal link of the built HTML is checked here. The code blocks of the pages run
+in ``tests/test_readme.py``.
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ from __future__ import annotations
 import ast
 import email.parser
 import html
+import html.parser
+import importlib.metadata
 import inspect
+import os
 import re
 import subprocess
 import sys
 import typing
+import urllib.parse
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -40,14 +48,111 @@ DOCS = ROOT / "docs"
 # -- the site ------------------------------------------------------------------------------
 
 
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
+        from pip._vendor import tomli as tomllib
+    with path.open("rb") as file:
+        return tomllib.load(file)
+
+
+def extra_requirements(extra: str) -> list[str]:
+    """What ``pip install '.[extra]'`` of this checkout asks for, read from its
+    pyproject.toml (this interpreter's metadata of aiokafka07 may be another checkout's):
+    the dependencies, the extra's requirements, and those of the extras it names of
+    aiokafka07 itself (``aiokafka07[prometheus]``)."""
+    from packaging.requirements import Requirement
+
+    project = _load_toml(ROOT / "pyproject.toml")["project"]
+    requirements = list(project["dependencies"])
+    pending, seen = [extra], set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for line in project["optional-dependencies"][name]:
+            requirement = Requirement(line)
+            if requirement.name == project["name"]:
+                pending += sorted(requirement.extras)
+            else:
+                requirements.append(line)
+    return requirements
+
+
+def distributions(requirements: list[str]) -> list[importlib.metadata.Distribution]:
+    """The installed distributions ``requirements`` need, their own needs included (each
+    as this interpreter has it installed; one missing here fails the test)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, importlib.metadata.Distribution] = {}
+    wanted: dict[str, set[str]] = {}  # name → the extras asked of it
+    pending = [Requirement(line) for line in requirements]
+    while pending:
+        requirement = pending.pop()
+        name = canonicalize_name(requirement.name)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        extras = wanted.setdefault(name, set())
+        if name in found and requirement.extras <= extras:
+            continue
+        extras |= requirement.extras
+        try:
+            found[name] = importlib.metadata.distribution(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            pytest.fail(f"{requirement.name} is not installed here: it is one the extra needs")
+        for line in found[name].requires or []:
+            needed = Requirement(line)
+            if needed.marker is None or any(
+                needed.marker.evaluate({"extra": extra}) for extra in ("", *extras)
+            ):
+                needed.marker = None
+                pending.append(needed)
+    return list(found.values())
+
+
+def environment_with(extra: str, where: Path) -> Path:
+    """A fresh virtual environment holding this checkout (as an editable install puts it
+    on the path) and exactly the distributions ``pip install -e '.[extra]'`` installs,
+    linked file by file from this interpreter's (no download); its python.
+
+    Only what the extra brings can be imported there: a module the docs build imports
+    that the extra lacks fails as it fails a reader who installed the extra alone.
+    """
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120
+    )
+    python = where / "bin" / "python"
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site_packages = Path(subprocess.check_output([python, "-c", purelib], text=True).strip())
+    for distribution in distributions(extra_requirements(extra)):
+        assert distribution.files is not None, f"{distribution.name}: no list of its files"
+        for file in distribution.files:
+            if file.is_absolute() or file.parts[0] == ".." or "__pycache__" in file.parts:
+                continue  # outside site-packages (bin/); bytecode is written anew
+            link = site_packages / file
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to(Path(distribution.locate_file(file)).resolve())
+    (site_packages / "aiokafka07_checkout.pth").write_text(f"{ROOT}\n")
+    return python
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built as README says, fresh, into a temporary directory."""
+    """The site, built fresh as README says (``-W``: a warning fails it) into a temporary
+    directory, in an environment with nothing but the ``docs`` extra. One build serves
+    every test of the site."""
     out = tmp_path_factory.mktemp("site")
+    python = environment_with("docs", out / "venv")
     options = ["-W", "--keep-going", "-q", "-E", "-b", "html", "-d", str(out / "doctrees")]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only the venv's
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", *options, str(DOCS), str(out / "html")],
+        [str(python), "-m", "sphinx", *options, str(DOCS), str(out / "html")],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=900,
@@ -76,6 +181,143 @@ def inventory(site: Path) -> dict[str, str]:
 def test_site_builds_without_warnings(site: Path) -> None:
     assert (site / "index.html").is_file()
     assert (site / "reference" / "producer.html").is_file()
+
+
+def test_the_docs_extra_is_all_the_build_imports(tmp_path: Path) -> None:
+    """The environment the site is built in has the docs extra and nothing else: not the
+    test extra's packages (which once hid that the reference needs prometheus-client)."""
+    python = environment_with("docs", tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])"
+    present = ["sphinx", "myst_parser", "furo", "pytest", "prometheus_client", "aiokafka07"]
+    absent = ["hypothesis", "mypy", "aiohttp", "pyspark", "nox"]
+    found = subprocess.check_output(
+        [str(python), "-c", probe % (present + absent)], env=env, cwd=tmp_path, text=True
+    )
+    assert ast.literal_eval(found) == present
+
+
+# -- links inside the site -----------------------------------------------------------------
+
+
+class _Page(html.parser.HTMLParser):
+    """The ids a page defines and the links it makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value is None:
+                continue
+            if name == "id" or (name == "name" and tag == "a"):
+                self.ids.add(value)
+            elif name == "href" and tag == "a":
+                self.links.append(value)
+
+
+def broken_links(site: Path) -> list[str]:
+    """Every link between the site's pages (``page.html#anchor``, ``#anchor``) whose page
+    or anchor does not exist: ``"from.html: href"``. Links elsewhere are not followed."""
+    pages: dict[Path, _Page] = {}
+    for path in site.rglob("*.html"):
+        page = pages[path.resolve()] = _Page()
+        page.feed(path.read_text())
+        page.close()
+    broken = []
+    for path, page in sorted(pages.items()):
+        for href in page.links:
+            parsed = urllib.parse.urlsplit(href)
+            if parsed.scheme or parsed.netloc:
+                continue  # another site
+            if parsed.path and not parsed.path.endswith(".html"):
+                continue  # a file: a stylesheet, a download, an image
+            target = (path.parent / urllib.parse.unquote(parsed.path)).resolve()
+            if not parsed.path:
+                target = path  # an anchor of the page itself
+            fragment = urllib.parse.unquote(parsed.fragment)
+            if target not in pages or (fragment and fragment not in pages[target].ids):
+                broken.append(f"{path.relative_to(site.resolve())}: {href}")
+    return broken
+
+
+def test_every_internal_link_and_anchor_exists(site: Path) -> None:
+    """Including the links Sphinx does not check: the "[docs]" links of the source pages
+    (once 19 pointed at ids no page had: codec.html#aiokafka07.gzip_compress)."""
+    assert broken_links(site) == []
+    viewcode = (site / "_modules" / "aiokafka07" / "protocol" / "compression.html").read_text()
+    assert "codec.html#aiokafka07.protocol.gzip_compress" in viewcode
+
+
+def test_the_link_check_finds_a_missing_page_or_anchor(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "index.html").write_text(
+        '<a href="sub/page.html#there">ok</a> <a href="#top">ok</a> <a href="#">top</a>'
+        '<a href="https://example.org/x.html#y">elsewhere</a> <a href="_static/f.css">f</a>'
+        '<p id="top">'
+    )
+    (tmp_path / "sub" / "page.html").write_text(
+        '<div id="there"></div><a href="../index.html#nowhere">bad</a>'
+        '<a href="gone.html">bad</a> <a href="../index.html#top">ok</a>'
+    )
+    assert broken_links(tmp_path) == [
+        "sub/page.html: ../index.html#nowhere",
+        "sub/page.html: gone.html",
+    ]
+
+
+def test_no_empty_bases_label(site: Path) -> None:
+    """A class that derives from ``object`` alone shows no "Bases:" (it showed the label
+    with nothing after it); a class with bases still shows them."""
+    reference = site / "reference"
+    empty = [
+        p.name for p in reference.glob("*.html") if re.search(r"<p>Bases:\s*</p>", p.read_text())
+    ]
+    assert empty == []
+    errors = (reference / "errors.html").read_text()
+    assert re.search(r"<p>Bases: <a [^>]*href=\"#aiokafka07.errors.KafkaError\"", errors)
+
+
+class _Sidebar(html.parser.HTMLParser):
+    """The links of Furo's navigation tree (``div.sidebar-tree``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0  # of divs, inside the tree; 0 outside it
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "div" and (self.depth or "sidebar-tree" in (dict(attrs).get("class") or "")):
+            self.depth += 1
+        elif tag == "a" and self.depth:
+            self.links.append(dict(attrs).get("href") or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "div" and self.depth:
+            self.depth -= 1
+
+
+def test_each_page_is_in_the_sidebar_once(site: Path) -> None:
+    """A page in two tables of contents is listed twice (Errors was: under Reference and
+    under the API reference)."""
+    sidebar = _Sidebar()
+    sidebar.feed((site / "index.html").read_text())
+    assert "reference/errors.html" in sidebar.links
+    assert [link for link in set(sidebar.links) if sidebar.links.count(link) > 1] == []
+
+
+def test_wide_tables_fit_the_page(site: Path) -> None:
+    """The metrics table (five columns of long names) ran off the page's right edge: a code
+    span in a table cell may now break (docs/_static/aiokafka07.css)."""
+    page = (site / "operations" / "monitoring.html").read_text()
+    assert "_static/aiokafka07.css" in page
+    style = (site / "_static" / "aiokafka07.css").read_text()
+    rule = re.search(r"table\.docutils td code\.literal span\.pre \{([^}]*)\}", style)
+    assert rule is not None
+    assert "white-space: normal" in rule[1]
+    assert "overflow-wrap: anywhere" in rule[1]
 
 
 def test_every_public_name_has_a_reference_entry(site: Path) -> None:
@@ -110,6 +352,24 @@ def test_readme_is_a_front_page() -> None:
 def test_no_page_cites_a_file_the_repository_lacks() -> None:
     for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
         assert "DESIGN.md" not in page.read_text(), page
+
+
+@pytest.mark.parametrize("page", ["operations/monitoring.md", "tools/exporter.md"])
+def test_the_exporter_pages_install_from_a_checkout(page: str) -> None:
+    """aiokafka07 is not on a package index, so ``pip install 'aiokafka07[exporter]'``
+    fails for a reader with a checkout: the pages give the checkout's command (as
+    getting-started.md, and the exporter's own error, do), and the index's form only
+    labelled as such."""
+    from aiokafka07.tools.exporter import INSTALL
+
+    text = (DOCS / page).read_text()
+    checkout = "python -m pip install -e '.[exporter]'"
+    assert checkout in text
+    assert checkout in INSTALL
+    assert checkout in (DOCS / "getting-started.md").read_text()
+    published = [m.start() for m in re.finditer(r"pip install '?aiokafka07\[", text)]
+    for start in published:
+        assert "installed from an index" in " ".join(text[start - 120 : start].split()), page
 
 
 # -- the migration tables ------------------------------------------------------------------

@@ -369,6 +369,26 @@ def test_bad_port_is_refused(port: str, capsys: pytest.CaptureFixture[str]) -> N
     assert "--port" in capsys.readouterr().err
 
 
+def test_without_the_extra_it_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without aiohttp (or prometheus-client) the command says how to install the extra:
+    in a checkout, as the documentation installs everything; the package index's form
+    only as such (aiokafka07 is not published, so a reader with a checkout who ran it got
+    an error)."""
+    from aiokafka07.cli import main
+
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # import aiohttp fails
+    monkeypatch.delitem(sys.modules, "aiokafka07.monitor.server")
+    assert main(["exporter", "--zookeeper", "127.0.0.1:1"]) == 1
+    error = capsys.readouterr().err
+    assert "the exporter needs prometheus-client and aiohttp" in error
+    checkout = "in a checkout of aiokafka07, python -m pip install -e '.[exporter]'"
+    published = "a package installed from an index: python -m pip install 'aiokafka07[exporter]'"
+    assert checkout in error
+    assert error.index(checkout) < error.index(published)
+
+
 async def test_bounds_on_groups_and_partitions(kafka_cluster: Any, zookeeper: str) -> None:
     """At most --max-groups groups and --max-partitions partitions are listed; what is
     left out counts as a ``limit`` error."""

@@ -1,6 +1,6 @@
 """``aiokafka07 exporter``: Prometheus metrics and consumer-lag status of one 0.7 cluster.
 
-A long-running HTTP server (aiohttp; ``pip install 'aiokafka07[exporter]'``) answering
+A long-running HTTP server (aiohttp; the ``exporter`` extra, see ``INSTALL``) answering
 ``/metrics`` (Prometheus text format), ``/status`` and ``/status/<group>`` (lag status as
 JSON) from a cache that one background task refreshes: ZooKeeper listings under watches,
 committed offsets each refresh, every broker's partitions' OFFSETS pipelined on one
@@ -41,6 +41,14 @@ if TYPE_CHECKING:
 
 #: The default port (next to kafka_exporter's 9308, which a 0.7 cluster's host may run too).
 DEFAULT_PORT = 9307
+
+#: How to install the ``exporter`` extra, said when it is missing: from a checkout, the
+#: way the documentation installs everything (aiokafka07 is not on a package index, so
+#: the index's form, ``aiokafka07[exporter]``, is given only as that, second).
+INSTALL = (
+    "in a checkout of aiokafka07, python -m pip install -e '.[exporter]' "
+    "(a package installed from an index: python -m pip install 'aiokafka07[exporter]')"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -123,8 +131,8 @@ async def run(args: argparse.Namespace) -> int:
         from ..monitor.status import LagTracker
     except ImportError as exc:
         raise CommandError(
-            f"the exporter needs prometheus-client and aiohttp ({exc}): "
-            "pip install 'aiokafka07[exporter]'"
+            f"the exporter needs prometheus-client and aiohttp, the exporter extra ({exc}): "
+            f"{INSTALL}"
         ) from None
     tracker = LagTracker(commits=args.window, min_stop_ms=int(args.min_stop_ms))
     monitor = ClusterMonitor(

@@ -24,6 +24,14 @@ References
 The public API
     Every name in ``aiokafka07.__all__`` must have a reference entry, and every public
     class and function documented must have a docstring; otherwise the build warns.
+
+Two repairs of what Sphinx renders: a class whose only base is ``object`` gets no
+"Bases:" line (autodoc would print the label with nothing after it), and the "[docs]"
+links of the highlighted source pages (``sphinx.ext.viewcode``) point at the entry that
+documents each name (viewcode builds them from the first module path under which a
+source module was documented, so a module whose names are documented under two paths,
+``aiokafka07.Compression`` and ``aiokafka07.protocol.gzip_compress``, got anchors that
+exist nowhere).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import functools
 import importlib
 import inspect
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +52,8 @@ from docutils import nodes
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
+from sphinx.ext.viewcode import viewcode_anchor
+from sphinx.locale import _ as translated
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import make_refnode
@@ -115,6 +126,9 @@ def _purge_doc(app: Sphinx, env: BuildEnvironment, docname: str) -> None:
     pages = _cli_pages(env)
     for command in [c for c, page in pages.items() if page == docname]:
         del pages[command]
+    for names in _source_anchors(env).values():
+        for documented_in in names.values():
+            documented_in.pop(docname, None)
 
 
 # -- locating Python names -----------------------------------------------------------------
@@ -378,9 +392,85 @@ def _check_docstring(
 
 
 def _drop_object_base(app: Sphinx, name: str, obj: Any, options: Any, bases: list[type]) -> None:
-    """``Bases: object`` says nothing; other bases are worth showing."""
+    """``Bases: object`` says nothing; other bases are worth showing. (A class left
+    without bases loses the label too: :func:`_drop_empty_bases`.)"""
     if object in bases:
         bases.remove(object)
+
+
+def _drop_empty_bases(
+    app: Sphinx, domain: str, objtype: str, content: addnodes.desc_content
+) -> None:
+    """Remove the "Bases:" label of a class :func:`_drop_object_base` left without bases.
+
+    autodoc writes the label whatever the list holds, as the first paragraph of the
+    class's description, so a class deriving from ``object`` alone showed an empty
+    "Bases:" (Sphinx 8 and 9 alike).
+    """
+    if domain != "py" or objtype not in ("class", "exception") or not content.children:
+        return
+    first = content.children[0]
+    label = translated("Bases: %s") % ""
+    if isinstance(first, nodes.paragraph) and first.astext().strip() == label.strip():
+        content.remove(first)
+
+
+# -- the highlighted source pages' "[docs]" links -------------------------------------------
+
+
+def _source_anchors(env: BuildEnvironment) -> dict[str, dict[str, dict[str, str]]]:
+    """Source page (``_modules/aiokafka07/pool``) → name in it (``ConnectionPool.close``)
+    → document that describes it → the id of its description there."""
+    if not hasattr(env, "aiokafka07_source_anchors"):
+        env.aiokafka07_source_anchors = {}  # type: ignore[attr-defined]
+    return env.aiokafka07_source_anchors  # type: ignore[attr-defined,no-any-return]
+
+
+def _note_source_anchors(app: Sphinx, doctree: nodes.document) -> None:
+    """Where each description viewcode links to its source really is (its id).
+
+    Runs after viewcode's own ``doctree-read`` handler, which puts a
+    :class:`~sphinx.ext.viewcode.viewcode_anchor` (the "[source]" link) in each
+    signature whose source it found: the same descriptions its "[docs]" links return to.
+    """
+    anchors = _source_anchors(app.env)
+    docname = app.env.docname
+    for signature in doctree.findall(addnodes.desc_signature):
+        if not signature["ids"]:
+            continue
+        for anchor in signature.findall(viewcode_anchor):
+            names = anchors.setdefault(anchor["reftarget"], {})
+            names.setdefault(anchor["refid"], {})[docname] = signature["ids"][0]
+
+
+#: A "[docs]" link as viewcode writes it: the block of a name, then the link back.
+_BACKLINK = re.compile(
+    r'(<div class="viewcode-block" id="(?P<name>[^"]+)">\s*'
+    r'<a class="viewcode-back" href=")(?P<page>[^"#]*)#[^"]*(")'
+)
+
+
+def _fix_source_backlinks(
+    app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any
+) -> None:
+    """Point a source page's "[docs]" links at the ids of the descriptions.
+
+    viewcode writes ``page.html#<module>.<name>`` with one ``<module>`` per source module:
+    the path under which the first description of one of its names was documented. A
+    name documented under another path (``aiokafka07.protocol.gzip_compress`` while
+    ``aiokafka07.Compression``, from the same file, came first) has no such id.
+    """
+    names = _source_anchors(app.env).get(pagename)
+    if not names or "body" not in context:
+        return
+
+    def repoint(match: re.Match[str]) -> str:
+        for docname, node_id in names.get(match["name"], {}).items():
+            if app.builder.get_relative_uri(pagename, docname) == match["page"]:
+                return f"{match[1]}{match['page']}#{node_id}{match[4]}"
+        return match[0]
+
+    context["body"] = _BACKLINK.sub(repoint, context["body"])
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
@@ -390,4 +480,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("env-check-consistency", _check_consistency)
     app.connect("autodoc-process-docstring", _check_docstring)
     app.connect("autodoc-process-bases", _drop_object_base)
+    app.connect("object-description-transform", _drop_empty_bases)
+    # After viewcode's own handler (priority 500), which adds the anchors read here.
+    app.connect("doctree-read", _note_source_anchors, priority=600)
+    app.connect("html-page-context", _fix_source_backlinks)
     return {"version": "1", "parallel_read_safe": False, "parallel_write_safe": True}
