@@ -31,7 +31,7 @@ from aiozk.states import States
 
 from .backoff import Backoff
 from .connection import BrokerAddress
-from .errors import InvalidConfigError, KafkaError, ZooKeeperError
+from .errors import InvalidConfigError, KafkaError, NoBrokersError, ZooKeeperError
 from .supervisor import CrashPolicy, Supervisor
 from .timeouts import wait_for
 from .validation import check_optional_ms
@@ -193,6 +193,11 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def topics(self) -> set[str]:
         """The topics the view knows of."""
+
+    def no_brokers_error(self, topic: str) -> NoBrokersError:
+        """The error for ``topic`` when :meth:`partitions` has no candidate for it, saying
+        why as far as the view knows (the one place that message is written)."""
+        return NoBrokersError(f"no live broker for topic {topic}")
 
     @abc.abstractmethod
     async def refresh(self) -> None:
@@ -406,6 +411,27 @@ class ZooKeeperCluster(Cluster):
     def topics(self) -> set[str]:
         """Topics registered in ZooKeeper, plus those :meth:`partitions` bootstrapped."""
         return set(self._partitions) | self._watched_topics
+
+    def no_brokers_error(self, topic: str) -> NoBrokersError:
+        """Every live broker offers a topic (see :meth:`partitions`), so no candidate
+        means no broker in the view: the error says where the view was read from, chroot
+        included, as that is the usual cause (brokers registered under another one)."""
+        if self._brokers:  # (never so after partitions(): nothing more to say)
+            return super().no_brokers_error(topic)
+        if self.zookeeper.chroot:
+            hint = (
+                "Check the chroot: brokers register under the chroot of their own "
+                "zk.connect (at the root when it has none); use their connect string"
+            )
+        else:
+            hint = (
+                "If the brokers' zk.connect has a chroot (zk1:2181/kafka), add it to this "
+                "connect string; else start a broker"
+            )
+        return NoBrokersError(
+            f"no live broker for topic {topic}: no broker is registered under {BROKER_IDS} "
+            f"in {self.zookeeper.where}. {hint}"
+        )
 
     async def refresh(self) -> None:
         """Re-read brokers and topics now and rebuild the view from what is registered,

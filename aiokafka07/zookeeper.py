@@ -28,12 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import random
+import re
+import socket
+import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiozk
+import aiozk.connection
 import aiozk.session
 from aiozk import exc as zk_exc
 from aiozk import protocol
@@ -43,11 +49,19 @@ from .backoff import Backoff
 from .errors import InvalidConfigError, ZNodeConflictError, ZooKeeperError
 from .supervisor import CrashPolicy, Supervisor, mark_retrieved
 from .timeouts import wait_for
-from .validation import check_name
+from .validation import name_problem
 
-__all__ = ["DEFAULT_PORT", "ZooKeeper", "parse_connect_string", "parse_server"]
+__all__ = [
+    "CONNECT_STRING_FORM",
+    "DEFAULT_PORT",
+    "ZooKeeper",
+    "parse_connect_string",
+    "parse_server",
+]
 
 log = logging.getLogger("aiokafka07.zookeeper")
+# aiozk's session logger, where its make_connection() logs a failed connection attempt.
+_aiozk_log: logging.Logger = aiozk.session.log
 
 # aiozk logs a traceback for every failed connection attempt, and while nothing is
 # configured, logging's last resort prints such records to stderr. This module is the one
@@ -73,56 +87,119 @@ _CHILD_WATCH_EVENTS = (
 #: ZooKeeper client and 0.7.2's zk.connect).
 DEFAULT_PORT = 2181
 
+#: The form of a connect string, as error messages show it.
+CONNECT_STRING_FORM = "host[:port][,host[:port]...][/chroot], e.g. zk1:2181,zk2:2181/kafka"
+
+# A host name (RFC 1123 labels, underscores allowed as resolvers do, a trailing dot
+# allowed) or a dotted IPv4 address, which has the same shape.
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+    r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?"
+)
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def _bad(what: str, problem: str) -> InvalidConfigError:
+    return InvalidConfigError(f"{what} {problem}; expected {CONNECT_STRING_FORM}")
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
 
 def parse_server(server: str) -> tuple[str, int]:
     """``(host, port)`` of one server of a connect string: ``host``, ``host:port``,
-    ``[v6]`` or ``[v6]:port``; without a port, :data:`DEFAULT_PORT`.
-    :class:`~aiokafka07.errors.InvalidConfigError` (a ``ValueError``) for anything else."""
+    ``[v6]``, ``[v6]:port`` or a bare IPv6 address; without a port, :data:`DEFAULT_PORT`.
+
+    Strict, so that a typo is refused at construction rather than tried as a host name
+    for a whole connection timeout: a host is a host name, an IPv4 address or (in
+    brackets, or bare without a port) an IPv6 address; a port is 1-65535 in decimal.
+    Anything else raises :class:`~aiokafka07.errors.InvalidConfigError` (a
+    ``ValueError``) saying what is wrong and the expected form."""
+    what = f"ZooKeeper server {server!r}"
     text = server.strip()
+    if not text:
+        raise _bad("a ZooKeeper connect string", "has an empty server (a stray comma?)")
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
-        colon, port = rest[:1], rest[1:]
-        if not bracket or not host or (rest and (colon != ":" or not port)):
-            raise InvalidConfigError(f"ZooKeeper server {server!r} is not host[:port]")
+        if not bracket:
+            raise _bad(what, "opens '[' without closing it")
+        if not _is_ipv6(host):
+            raise _bad(what, f"has {host!r} in brackets, which is not an IPv6 address")
+        if rest and not rest.startswith(":"):
+            raise _bad(what, f"has {rest!r} after ']' where ':port' or nothing belongs")
+        port = rest[1:] if rest else None
     elif text.count(":") > 1:  # a bare IPv6 address (its port cannot be told apart)
-        host, port = text, ""
+        if not _is_ipv6(text):
+            raise _bad(
+                what,
+                "is not host[:port] (more than one ':'; an IPv6 address with a port goes in "
+                "brackets: [::1]:2181)",
+            )
+        host, port = text, None
     else:
-        host, _, port = text.partition(":")
-        if not host or (":" in text and not port):
-            raise InvalidConfigError(f"ZooKeeper server {server!r} is not host[:port]")
-    if not port:
+        host, colon, after = text.partition(":")
+        port = after if colon else None
+        if not host:
+            raise _bad(what, "is not host[:port]: the host is empty")
+        if not _HOST_NAME.fullmatch(host):
+            raise _bad(what, f"is not host[:port]: {host!r} is not a host name or address")
+    if port is None:
         return host, DEFAULT_PORT
-    if not port.isdigit() or not 0 < int(port) <= 65535:
-        raise InvalidConfigError(f"ZooKeeper server {server!r}: the port is not 1-65535")
+    if not port:
+        raise _bad(what, "is not host[:port]: ':' without a port")
+    if not _PORT.fullmatch(port) or not 0 < int(port) <= 65535:
+        raise _bad(what, f"is not host[:port]: the port {port!r} is not a number 1-65535")
     return host, int(port)
+
+
+def _parse_chroot(chroot: str, connect: str) -> str | None:
+    """The chroot of ``connect`` (the part from its first ``/``), None for ``/`` alone,
+    checked as ZooKeeper's ``PathUtils.validatePath`` checks it: components separated by
+    single slashes, no trailing slash, no ``.`` or ``..``, no illegal character."""
+    if chroot == "/":
+        return None
+    what = f"the chroot {chroot!r} of ZooKeeper connect string {connect!r}"
+    if chroot.endswith("/"):
+        raise _bad(what, "ends with '/' (ZooKeeper refuses such a path: drop the '/')")
+    for part in chroot[1:].split("/"):
+        problem = name_problem(part)
+        if problem == "is empty":
+            raise _bad(what, "has an empty component ('//')")
+        if problem is not None:
+            raise _bad(what, f"has a component {part!r} that {problem}")
+    return chroot
 
 
 def parse_connect_string(connect: str) -> tuple[str, str | None]:
     """Split ``host1:port1,host2:port2/chroot`` into the server list and the chroot.
 
-    The one parser of connect strings: a server without a port gets
-    :data:`DEFAULT_PORT`, and the list returned names every port
-    (``"localhost/x"`` → ``("localhost:2181", "/x")``).
+    The one parser of connect strings (every entry point that takes one, the console
+    tools' ``--zookeeper`` and the Spark options included, goes through it), as strict as
+    ZooKeeper's own ``ConnectStringParser`` and stricter about hosts and ports (see
+    :func:`parse_server`), so a mistyped string is refused at once with
+    :class:`~aiokafka07.errors.InvalidConfigError` instead of failing a connection
+    timeout later. A server without a port gets :data:`DEFAULT_PORT`, and the list
+    returned names every port (``"localhost/x"`` → ``("localhost:2181", "/x")``); a
+    chroot of ``/`` alone is none.
     """
     if not isinstance(connect, str):
         raise InvalidConfigError(f"the ZooKeeper connect string must be a str, not {connect!r}")
     connect = connect.strip()
     if not connect:
-        raise InvalidConfigError("empty ZooKeeper connect string")
+        raise _bad("the ZooKeeper connect string", "is empty")
     servers, slash, chroot = connect.partition("/")
-    if not servers:
-        raise InvalidConfigError(f"ZooKeeper connect string {connect!r} names no server")
+    if not servers.strip():
+        raise _bad(f"ZooKeeper connect string {connect!r}", "names no server")
     listed = []
     for server in servers.split(","):
         host, port = parse_server(server)
         listed.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-    servers = ",".join(listed)
-    if not slash or not chroot.strip("/"):
-        return servers, None
-    chroot = chroot.strip("/")
-    for part in chroot.split("/"):
-        check_name(f"the chroot of ZooKeeper connect string {connect!r}: component", part)
-    return servers, "/" + chroot
+    return ",".join(listed), _parse_chroot(slash + chroot, connect) if slash else None
 
 
 #: Seconds between rounds of connection attempts while no ZooKeeper server answers: the
@@ -133,6 +210,102 @@ RECONNECT_BACKOFF = (0.1, 0.5)
 CLOSE_RECONNECT_GRACE = 1.0
 #: Seconds one connection attempt (TCP connect, ``srvr`` handshake, connect) may take.
 CONNECT_TIMEOUT = 2.0
+
+
+class _Connection(aiozk.connection.Connection):  # type: ignore[misc]
+    """aiozk's connection, keeping what the server answered to the ``srvr`` request that
+    opens every connection, so a failed attempt can say what answered instead of
+    ZooKeeper (aiozk only raises a bare ``ConnectionError``)."""
+
+    reader: Any
+    writer: Any
+    answer: bytes | None = None
+
+    async def _make_handshake(self) -> None:
+        read = self.reader.read
+
+        async def recording(n: int = -1) -> bytes:
+            data: bytes = await read(n)
+            self.answer = data
+            return data
+
+        self.reader.read = recording  # (this reader serves the handshake only)
+        await super()._make_handshake()
+
+
+@dataclass(frozen=True, order=True)
+class _Attempt:
+    """What one connection attempt to one server found, for the error of a session that
+    could not open: ``accepted`` tells "nothing there" from "something that is not
+    ZooKeeper" (they call for different fixes)."""
+
+    server: str
+    accepted: bool
+    found: str
+
+
+def _attempt(server: str, conn: _Connection, exc: BaseException | None) -> _Attempt:
+    """Describe an attempt from its connection and how it ended (``exc`` None: it was
+    still under way when the wait ended)."""
+    if conn.writer is None:  # no TCP connection
+        if isinstance(exc, ConnectionRefusedError):
+            found = "refused the connection (nothing listens there)"
+        elif isinstance(exc, socket.gaierror):
+            found = f"is not a known host ({exc.strerror or exc})"
+        elif exc is None:
+            found = "had not accepted the connection when the wait ended"
+        elif isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+            found = (
+                f"did not accept the connection within {CONNECT_TIMEOUT * 1000:g} ms "
+                "(no route to it, or a firewall dropping it)"
+            )
+        else:
+            found = f"could not be connected to ({exc or type(exc).__name__})"
+        return _Attempt(server, False, found)
+    answer = conn.answer
+    if answer is None:
+        if exc is None:
+            found = "accepted the connection but had not answered ZooKeeper's 'srvr' request"
+            found += " when the wait ended"
+        elif isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+            found = (
+                "accepted the connection but did not answer ZooKeeper's 'srvr' request "
+                f"within {CONNECT_TIMEOUT * 1000:g} ms"
+            )
+        else:
+            found = "accepted the connection, then broke it without answering ZooKeeper's "
+            found += f"'srvr' request ({exc or type(exc).__name__})"
+    elif not answer:
+        found = "accepted the connection, then closed it without answering ZooKeeper's "
+        found += "'srvr' request"
+    elif b"whitelist" in answer:
+        found = (
+            f"answered {answer[:80]!r} to 'srvr': a ZooKeeper that does not allow that "
+            "command (add srvr to its 4lw.commands.whitelist)"
+        )
+    else:
+        found = f"answered {answer[:40]!r} to ZooKeeper's 'srvr' request, not as ZooKeeper does"
+    return _Attempt(server, True, found)
+
+
+def _why_no_session(attempts: list[_Attempt]) -> str:
+    """What the attempts found, server by server, and what to do about it."""
+    if not attempts:
+        return "no server answered in time"
+    found = "; ".join(f"{a.server} {a.found}" for a in sorted(attempts))
+    if all(a.accepted for a in attempts):
+        advice = (
+            "That is not a ZooKeeper server (a Kafka broker's port?): check the ports of "
+            f"the connect string (ZooKeeper's clientPort, {DEFAULT_PORT} by default)"
+        )
+    elif any(a.accepted for a in attempts):
+        advice = (
+            "Check that ZooKeeper is running and that the connect string names its "
+            f"hosts and client ports ({DEFAULT_PORT} by default)"
+        )
+    else:
+        advice = "Check that ZooKeeper is running there and that the host and port are right"
+    return f"{found}. {advice}"
 
 
 class _Session(aiozk.session.Session):  # type: ignore[misc]
@@ -153,6 +326,10 @@ class _Session(aiozk.session.Session):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._closing: set[asyncio.Task[None]] = set()  # connections replaced
+        # What the last attempt to each server found, and the attempt under way: what
+        # the error says when the session cannot open.
+        self.attempts: dict[str, _Attempt] = {}
+        self.trying: tuple[str, _Connection] | None = None
 
     async def find_server(self, allow_read_only: bool) -> None:
         """Connect to a server (in random order, as aiozk does); until one answers,
@@ -197,14 +374,29 @@ class _Session(aiozk.session.Session):  # type: ignore[misc]
             raise asyncio.CancelledError
 
     async def _connect(self, host: str, port: str | int) -> Any:
-        """A connection to one server, or None (aiozk logs why). Bounded: aiozk waits
-        for the answer to its ``srvr`` handshake without a timeout, and a server that
-        is going down or coming up may accept a connection and never answer it."""
+        """A connection to one server, or None, what it found kept in :attr:`attempts`
+        (aiozk's ``make_connection``, which only logs why it failed). Bounded: aiozk
+        waits for the answer to its ``srvr`` handshake without a timeout, and a server
+        that is going down or coming up may accept a connection and never answer it."""
+        server = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+        conn = _Connection(
+            host, port, watch_handler=self.event_dispatch, read_timeout=self.read_timeout
+        )
+        self.trying = (server, conn)
         try:
-            return await wait_for(self.make_connection(host, port), CONNECT_TIMEOUT)
-        except asyncio.TimeoutError:
-            log.debug("ZooKeeper at %s:%s did not answer within %g s", host, port, CONNECT_TIMEOUT)
+            await wait_for(conn.connect(), CONNECT_TIMEOUT)
+        except Exception as exc:
+            attempt = self.attempts[server] = _attempt(server, conn, exc)
+            log.debug("ZooKeeper at %s %s", server, attempt.found)
+            if not isinstance(exc, asyncio.TimeoutError):
+                # The record aiozk's make_connection() writes, where an application that
+                # routes aiozk's logs expects it.
+                _aiozk_log.exception("Couldn't connect to %s:%s", host, port)
             return None
+        finally:
+            self.trying = None
+        self.attempts.pop(server, None)
+        return conn
 
     def _close_later(self, conn: Any) -> None:
         task = asyncio.ensure_future(conn.close(self.timeout))
@@ -232,15 +424,29 @@ async def _abandon(client: Any) -> None:
     its tasks behind.
 
     aiozk's ``close()`` waits for a connected state to send its close request, so it is
-    cut short after a second; its repair loop (cancelled by it, and ending by itself once
-    the session is closing) is then awaited, bounded, and its heartbeat timer cancelled.
+    cut short after a second, and skipped for a session the server never granted (there
+    is nothing to close then, and the second would only lengthen a failed start); its
+    repair loop (cancelled by it, and ending by itself once the session is closing) is
+    then awaited, bounded, and its heartbeat timer and heartbeat cancelled.
     """
     session = client.session
-    with contextlib.suppress(Exception):
-        await wait_for(client.close(), 1.0)
+    if session.session_id is None:
+        # No session was granted: nothing to close politely (aiozk's close() would wait
+        # for a connection to send its close request). Closing ends the repair loop.
+        session.closing = True
+        if session.conn is not None:
+            with contextlib.suppress(Exception):
+                await wait_for(session.conn.close(0), 1.0)
+    else:
+        with contextlib.suppress(Exception):
+            await wait_for(client.close(), 1.0)
     if session.heartbeat_handle is not None:
         session.heartbeat_handle.cancel()
         session.heartbeat_handle = None
+    heartbeat = session.heartbeat_task  # (waits for a connection that will not come)
+    if heartbeat is not None and not heartbeat.done():
+        heartbeat.cancel()
+        await asyncio.wait({heartbeat}, timeout=1.0)
     task = session.repair_loop_task
     if task is not None and not task.done():
         task.cancel()
@@ -306,6 +512,14 @@ class ZooKeeper:
         return self._client
 
     @property
+    def where(self) -> str:
+        """Where this session looks, for error messages: the connect string and its
+        chroot, said outright (``ZooKeeper at zk1:2181/kafka (chroot /kafka)``), since a
+        wrong or missing chroot is the usual reason for finding no broker there."""
+        chroot = f"chroot {self.chroot}" if self.chroot else "no chroot: the root"
+        return f"ZooKeeper at {self.connect} ({chroot})"
+
+    @property
     def session_id(self) -> int | None:
         """The current session id (changes when an expired session is replaced)."""
         return None if self._client is None else self._client.session.session_id
@@ -322,14 +536,20 @@ class ZooKeeper:
         return self._client is not None and self._client.session.state == States.CONNECTED
 
     async def start(self) -> None:
-        """Open the session; raise :class:`ZooKeeperError` if no server answers in time."""
+        """Open the session; raise :class:`ZooKeeperError` if no server answers in time.
+
+        The error says the connect string, how long it really waited (measured: the
+        configured ``connection_timeout_ms`` plus giving up the attempts, bounded), what
+        each server was found to be (nothing listening, or something that accepted the
+        connection but did not answer as ZooKeeper does), and what to check."""
         if self._client is not None:
             return
+        began = time.monotonic()
         timeout = self.session_timeout_ms / 1000
         client = aiozk.ZKClient(self.servers, chroot=self.chroot, session_timeout=timeout)
         # The same session, reconnecting sooner (retry policy, read-only and read timeout
         # as ZKClient's defaults).
-        client.session = _Session(self.servers, timeout, None, False, None)
+        session = client.session = _Session(self.servers, timeout, None, False, None)
         try:
             await wait_for(client.start(), self.connection_timeout_ms / 1000)
         except asyncio.CancelledError:
@@ -338,14 +558,21 @@ class ZooKeeper:
             await _abandon(client)
             raise
         except (asyncio.TimeoutError, OSError, zk_exc.ZKError) as exc:
-            await _abandon(client)
             if isinstance(exc, asyncio.TimeoutError):
-                reason = "no server answered"  # (aiozk keeps retrying refused connections)
+                # (Read before giving up, which ends the attempt under way.)
+                attempts = dict(session.attempts)
+                if session.trying is not None:  # (an earlier attempt's end says more)
+                    server, conn = session.trying
+                    attempts.setdefault(server, _attempt(server, conn, None))
+                reason = _why_no_session(list(attempts.values()))
             else:
                 reason = str(exc) or type(exc).__name__
+            await _abandon(client)
+            waited_ms = (time.monotonic() - began) * 1000
             raise ZooKeeperError(
-                f"cannot open a ZooKeeper session at {self.connect} "
-                f"within {self.connection_timeout_ms} ms: {reason}"
+                f"cannot open a ZooKeeper session at {self.connect}: gave up after "
+                f"{waited_ms:.0f} ms (connection_timeout_ms={self.connection_timeout_ms:g}): "
+                f"{reason}"
             ) from exc
         self._client = client
         # The monitor re-registers listeners after expiry for as long as the session is

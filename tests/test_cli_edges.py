@@ -171,7 +171,7 @@ async def test_the_progress_bar_counts_whole_messages(cluster: KafkaCluster) -> 
 
 def test_a_server_without_a_port_is_on_zookeepers_port() -> None:
     assert parse_connect_string("localhost") == ("localhost:2181", None)
-    assert parse_connect_string("a,b:2182,[::1]/kafka/") == (
+    assert parse_connect_string("a,b:2182,[::1]/kafka") == (
         "a:2181,b:2182,[::1]:2181",
         "/kafka",
     )

@@ -66,7 +66,8 @@ async def test_offsets_table_and_json_match_the_brokers(
         ]  # fmt: skip
         assert (await broker_offsets(cluster, "o", EARLIEST)) == dict.fromkeys(latest, 0)
         error = await fails("offsets", "unknown", "--zookeeper", zookeeper)
-        assert error.endswith("topic unknown has no partitions registered in ZooKeeper")
+        assert f"topic unknown has no partitions registered in ZooKeeper at {zookeeper} (" in error
+        assert "2 brokers registered there (ids 0, 1) but none has the topic" in error
 
 
 async def test_groups_list_describe_and_offsets_round_trip(

@@ -267,7 +267,7 @@ async def test_replay_log_copies_a_topic_once(
                             status=2)  # fmt: skip
         assert "--outputtopic is --inputtopic on the same cluster" in error
         error = await fails("replay-log", *zk, "--inputtopic", "nothing", "--outputtopic", "o")
-        assert error.endswith("topic nothing has no partitions registered in ZooKeeper")
+        assert f"topic nothing has no partitions registered in ZooKeeper at {zookeeper} (" in error
 
 
 async def test_producer_perf_stops_on_ctrl_c_with_a_row(

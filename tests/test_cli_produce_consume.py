@@ -299,9 +299,17 @@ async def test_consuming_what_is_not_there_says_why_once(
     async with kafka_cluster(1):
         wrong_chroot = f"{zookeeper}-wrong"
         cases = [
-            (("nothere", "-z", zookeeper), "topic nothere has no partitions"),
+            (
+                ("nothere", "-z", zookeeper),
+                f"topic nothere has no partitions registered in ZooKeeper at {zookeeper} (",
+            ),
             (("--whitelist", "zz.*", "-z", zookeeper), "no registered topic is selected by"),
-            (("nothere", "-z", wrong_chroot), f"no broker is registered at {wrong_chroot}"),
+            (
+                ("nothere", "-z", wrong_chroot),
+                f"topic nothere has no partitions registered in ZooKeeper at {wrong_chroot} "
+                f"(chroot /{wrong_chroot.partition('/')[2]}): no broker is registered there "
+                "either (/brokers/ids has no children). Check the chroot",
+            ),
         ]
         results = await asyncio.gather(
             *(run_cli("consume", *args, "--timeout-ms", "500") for args, _ in cases)
@@ -317,7 +325,11 @@ async def test_consuming_what_is_not_there_says_why_once(
         # Simple mode has nothing to wait for: the same reason, as the error.
         code, _, err = await run_cli("consume", "nothere", "--simple", "-z", wrong_chroot)
         assert code == 1
-        assert f"error: no broker is registered at {wrong_chroot}" in err
+        assert (
+            f"error: topic nothere has no partitions registered in ZooKeeper at {wrong_chroot}"
+            in err
+        )
+        assert "no broker is registered there either" in err
 
 
 async def test_a_topic_created_while_consuming_is_printed_from_its_first_message(

@@ -273,6 +273,26 @@ async def test_a_batch_only_option_stops_a_stream_with_its_own_error(
     assert "UnboundLocalError" not in str(info.value)
 
 
+async def test_a_stream_of_a_topic_that_does_not_exist_fails_at_its_start(
+    spark: SparkSession, zookeeper: str, tmp_path: Path
+) -> None:
+    """As a batch read does, naming the topic, where it looked and the topics there
+    (the stream used to end at once, without an error, having found no partition)."""
+
+    def run_stream() -> None:
+        options = {"topic": "nope"}
+        query = start_stream(spark, zookeeper, tmp_path / "cp", tmp_path / "sink", options)
+        query.awaitTermination(60)  # raises what stopped the query
+
+    chroot = "/" + zookeeper.partition("/")[2]
+    with pytest.raises(Exception, match="topic 'nope' does not exist") as info:
+        await spark_call(run_stream)
+    assert (
+        f"no broker has registered it under /brokers/topics in ZooKeeper at {zookeeper} "
+        f"(chroot {chroot}) (topics: none)"
+    ) in str(info.value)
+
+
 async def test_planning_names_what_the_cluster_does_not_have(
     spark: SparkSession, kafka_cluster: Any, zookeeper: str
 ) -> None:

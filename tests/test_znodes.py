@@ -227,10 +227,11 @@ async def test_unreachable_zookeeper_is_a_complete_error() -> None:
             zk = ZooKeeper(f"127.0.0.1:{port}", connection_timeout_ms=300)
             with pytest.raises(ZooKeeperError) as info:
                 await zk.start()
-            assert str(info.value) == (
-                f"cannot open a ZooKeeper session at 127.0.0.1:{port} within 300 ms: "
-                "no server answered"
+            assert str(info.value).startswith(
+                f"cannot open a ZooKeeper session at 127.0.0.1:{port}: gave up after "
             )
+            assert "(connection_timeout_ms=300): " in str(info.value)
+            assert str(info.value).rstrip()[-1] != ":"
 
 
 async def test_writes_fenced_to_a_session_never_land_from_another(

@@ -43,7 +43,6 @@ from ..cluster import Cluster, cluster_from
 from ..connection import MAX_MESSAGE_SIZE
 from ..errors import (
     InvalidConfigError,
-    NoBrokersError,
     ProducerClosedError,
     QueueFullError,
 )
@@ -438,7 +437,7 @@ class Producer:
         validate_topic(topic)
         partitions = self._router.partitions(topic)
         if not partitions:
-            raise NoBrokersError(f"no live broker for topic {topic}")
+            raise self._router.cluster.no_brokers_error(topic)
         return partitions
 
     # -- accepting -------------------------------------------------------------------

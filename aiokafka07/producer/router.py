@@ -103,7 +103,7 @@ class Router:
         without candidates, :class:`InvalidPartitionError` for an index out of range."""
         candidates = self.cluster.partitions(topic)
         if not candidates:
-            raise NoBrokersError(f"no live broker for topic {topic}")
+            raise self.cluster.no_brokers_error(topic)
         index = self.partitioner(key, len(candidates))
         if not _is_int(index) or not 0 <= index < len(candidates):
             raise InvalidPartitionError(
@@ -121,7 +121,7 @@ class Router:
             return random.choice(brokers), -1
         candidates = self.cluster.partitions(topic)
         if not candidates:
-            raise NoBrokersError(f"no live broker for topic {topic}")
+            raise self.cluster.no_brokers_error(topic)
         return random.choice(candidates)
 
     def partitions(self, topic: str) -> list[tuple[int, int]]:

@@ -158,10 +158,14 @@ async def plan_pieces(
 
 @dataclass(frozen=True)
 class Discovery:
-    """The broker-partitions found, and why a topic asked for has none."""
+    """The broker-partitions found, and why a topic asked for has none: ``missing``, a
+    topic that does not exist (no broker ever registered it), which fails batch reads and
+    streams alike; ``absent``, one that exists with no live broker now, which a stream
+    reads once a broker serves it again."""
 
     found: list[tuple[TopicPartition, BrokerAddress]]
     absent: dict[str, str] = field(default_factory=dict)  # topic -> why it has none
+    missing: dict[str, str] = field(default_factory=dict)  # topic -> why it does not exist
     matched_nothing: str | None = None  # a pattern no topic matches: the known topics
 
 
@@ -209,6 +213,7 @@ async def discover(
             matched_nothing = ", ".join(names) or "none"
     found: list[tuple[TopicPartition, BrokerAddress]] = []
     absent: dict[str, str] = {}
+    missing: dict[str, str] = {}
     for topic in topics:
         # A topic's node is persistent: only a topic without registrations can be one
         # that does not exist, so only then is ZooKeeper asked which it is.
@@ -225,11 +230,11 @@ async def discover(
             absent[topic] = f"no live broker serves topic {topic!r} now"
         else:
             known = ", ".join(await read_topics(zookeeper)) or "none"
-            absent[topic] = (
+            missing[topic] = (
                 f"topic {topic!r} does not exist: no broker has registered it under "
-                f"{BROKER_TOPICS} (topics: {known})"
+                f"{BROKER_TOPICS} in {zookeeper.where} (topics: {known})"
             )
-    return Discovery(sorted(found), absent, matched_nothing)
+    return Discovery(sorted(found), absent, missing, matched_nothing)
 
 
 async def describe(

@@ -368,8 +368,9 @@ async def state_of_partitions(
 ) -> tuple[list[PartitionState], ConnectionPool]:
     """Discover the broker-partitions read and ask their brokers for offsets.
 
-    A batch read fails on a topic that does not exist or has no live broker, and on a
-    pattern no topic matches; a stream reads such topics once they appear. With
+    A topic that does not exist fails a batch read and a stream alike (the one check
+    both share). A batch read also fails on a topic with no live broker and on a pattern
+    no topic matches; a stream reads such topics once a broker serves them. With
     ``checks``, ``assign`` and those offsets options may name only broker-partitions
     that exist. ``keep`` drops broker-partitions before their brokers are asked.
     """
@@ -381,6 +382,8 @@ async def state_of_partitions(
         c, options.topics, options.pattern, options.assigned, options.partitions_per_broker, zk
     )
     where = f"option {options.subscription!r}"
+    for why in discovery.missing.values():
+        raise OptionError(f"{where}: {why}")
     if not streaming:
         if discovery.matched_nothing is not None:
             raise OptionError(

@@ -20,6 +20,7 @@ from .common import (
     Progress,
     UsageError,
     add_progress_option,
+    connect_string,
     describe_exit_status,
     human_bytes,
     positive_float,
@@ -43,7 +44,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whitelist", metavar="REGEX", help="topics matching (whole names)")
     parser.add_argument("--blacklist", metavar="REGEX", help="topics not matching")
     parser.add_argument(
-        "--zookeeper", required=True, metavar="HOST[:PORT][/CHROOT]", help="the 0.7 cluster"
+        "--zookeeper",
+        required=True,
+        metavar="HOST[:PORT][/CHROOT]",
+        type=connect_string,
+        help="the 0.7 cluster",
     )
     parser.add_argument(
         "--bootstrap-servers",

@@ -21,6 +21,7 @@ from .common import (
     SECOND_CTRL_C,
     ChunkReader,
     UsageError,
+    connect_string,
     describe_exit_status,
     parse_settings,
     stop_acknowledged,
@@ -42,7 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hostname", help="address to bind and register (default 127.0.0.1)")
     parser.add_argument("--log-dir", type=Path, help="log.dir: where partition logs live")
-    parser.add_argument("--zookeeper", metavar="HOST[:PORT][/CHROOT]", help="zk.connect")
+    parser.add_argument(
+        "--zookeeper", metavar="HOST[:PORT][/CHROOT]", type=connect_string, help="zk.connect"
+    )
     parser.add_argument(
         "--no-zookeeper", action="store_true", help="run standalone (enable.zookeeper=false)"
     )

@@ -23,10 +23,10 @@ from typing import IO, Any, TypeVar
 
 from ..cluster import Cluster, StaticCluster, parse_broker_list
 from ..connection import BrokerAddress, BrokerConnection
-from ..errors import KafkaConnectionError
+from ..errors import InvalidConfigError, KafkaConnectionError
 from ..records import TopicPartition
-from ..znodes import GroupRegistry, read_brokers, read_topic_registrations
-from ..zookeeper import ZooKeeper
+from ..znodes import BROKER_IDS, GroupRegistry, read_brokers, read_topic_registrations, read_topics
+from ..zookeeper import ZooKeeper, parse_connect_string
 from .progress import Progress, human_bytes, plural, rate
 
 T = TypeVar("T")
@@ -42,12 +42,14 @@ __all__ = [
     "add_deprecated_seconds",
     "add_progress_option",
     "add_zk_timeout",
+    "connect_string",
     "delete_tree",
     "describe_exit_status",
     "format_table",
     "fresh_group",
     "human_bytes",
     "in_daemon_thread",
+    "no_partitions_error",
     "non_negative_int",
     "parse_broker_partitions",
     "parse_brokers",
@@ -78,6 +80,17 @@ class UsageError(CommandError):
 
 
 # -- argument types --------------------------------------------------------------------
+
+
+def connect_string(text: str) -> str:
+    """The type of every ``--zookeeper`` option: a connect string as the library's one
+    parser accepts it, refused when the command line is read (exit status 2, with what is
+    wrong and the expected form) rather than after a connection timeout."""
+    try:
+        parse_connect_string(text)
+    except InvalidConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def positive_int(text: str) -> int:
@@ -199,6 +212,7 @@ def add_cluster_options(parser: argparse.ArgumentParser, *, brokers: bool = True
         "-z",
         "--zookeeper",
         metavar="HOST[:PORT][,...][/CHROOT]",
+        type=connect_string,
         help="ZooKeeper of the cluster (0.7.2 zk.connect; port 2181 when none is given)",
     )
     if brokers:
@@ -260,6 +274,29 @@ async def topic_partitions(zk: ZooKeeper, topic: str) -> list[tuple[int, int]]:
     """Every (broker, partition) registered for ``topic``, numerically sorted."""
     registrations = await read_topic_registrations(zk, topic)
     return sorted((b, p) for b, count in registrations.items() for p in range(count))
+
+
+async def no_partitions_error(zk: ZooKeeper, topic: str) -> CommandError:
+    """The error for ``topic`` without registered partitions: where the tool looked
+    (connect string and chroot) and what ZooKeeper holds there, read now (two reads of
+    children): no broker at all points at the chroot, brokers without the topic at its
+    name (a few registered topics are named)."""
+    brokers = await read_brokers(zk)
+    if not brokers:
+        found = (
+            f"no broker is registered there either ({BROKER_IDS} has no children). Check "
+            "the chroot: brokers register under the chroot of their own zk.connect (at the "
+            "root when it has none)"
+        )
+    else:
+        topics = await read_topics(zk)
+        shown = ", ".join(topics[:10]) + (f" and {len(topics) - 10} more" if topics[10:] else "")
+        found = (
+            f"{plural(len(brokers), 'broker')} registered there (ids "
+            f"{', '.join(map(str, sorted(brokers)))}) but none has the topic (a broker "
+            f"registers a topic at its first message); registered topics: {shown or 'none'}"
+        )
+    return CommandError(f"topic {topic} has no partitions registered in {zk.where}: {found}")
 
 
 async def delete_tree(zk: ZooKeeper, path: str) -> None:

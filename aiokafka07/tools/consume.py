@@ -57,6 +57,7 @@ from .common import (
     delete_tree,
     describe_exit_status,
     fresh_group,
+    no_partitions_error,
     parse_broker_partitions,
     parse_brokers,
     plural,
@@ -354,15 +355,15 @@ def _partition_of(record: ConsumerRecord) -> TopicPartition:
 async def _nothing_to_read(zk: ZooKeeper, args: argparse.Namespace) -> str | None:
     """Why there is nothing to read, when ZooKeeper knows: no broker at all (a wrong
     chroot, say), or no partition of the topic (or of a topic the filter matches)."""
-    if not await read_brokers(zk):
-        return f"no broker is registered at {args.zookeeper} (is the chroot right?)"
     if args.topic:
         if not await topic_partitions(zk, args.topic):
-            return (
-                f"topic {args.topic} has no partitions: no broker has registered it "
-                "(a broker creates a topic at its first message)"
-            )
+            return str(await no_partitions_error(zk, args.topic))
         return None
+    if not await read_brokers(zk):
+        return (
+            f"no broker is registered in {zk.where}: check the chroot (brokers register "
+            "under the chroot of their own zk.connect)"
+        )
     topic_filter = _topic_filter(args)
     topics = await znodes.read_topics(zk)
     if not any(topic_filter.allows(topic) for topic in topics):
@@ -408,7 +409,7 @@ async def _simple(args: argparse.Namespace, output: Output, progress: Progress) 
             partitions = chosen or await topic_partitions(zk, topic)
             reason = None if partitions else await _nothing_to_read(zk, args)
         if not partitions:
-            raise CommandError(reason or f"topic {topic} has no partitions registered in ZooKeeper")
+            raise CommandError(reason or f"topic {topic} has no partitions registered")
     for broker_id, _ in partitions:
         if broker_id not in brokers:
             raise CommandError(f"broker {broker_id} is not known (not registered / not listed)")

@@ -38,6 +38,7 @@ from .common import (
     add_deprecated_seconds,
     add_progress_option,
     add_zk_timeout,
+    connect_string,
     describe_exit_status,
     parse_brokers,
     positive_int,
@@ -61,10 +62,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whitelist", metavar="REGEX", help="topics matching (0.7.2 syntax)")
     parser.add_argument("--blacklist", metavar="REGEX", help="topics not matching")
     parser.add_argument(
-        "--source-zookeeper", required=True, metavar="HOST[:PORT][/CHROOT]", help="source cluster"
+        "--source-zookeeper",
+        required=True,
+        metavar="HOST[:PORT][/CHROOT]",
+        type=connect_string,
+        help="source cluster",
     )
     target = parser.add_argument_group("target (one of)")
-    target.add_argument("--target-zookeeper", metavar="HOST[:PORT][/CHROOT]")
+    target.add_argument("--target-zookeeper", metavar="HOST[:PORT][/CHROOT]", type=connect_string)
     target.add_argument("--target-brokers", metavar="[ID:]HOST:PORT,...")
     add_zk_timeout(parser)
     parser.add_argument(

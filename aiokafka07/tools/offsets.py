@@ -25,6 +25,7 @@ from .common import (
     add_cluster_options,
     describe_exit_status,
     format_table,
+    no_partitions_error,
     parse_broker_partitions,
     parse_brokers,
     positive_int,
@@ -110,8 +111,8 @@ async def run(args: argparse.Namespace) -> int:
         async with zookeeper_session(args) as zk:
             brokers = await read_brokers(zk)
             partitions = chosen or await topic_partitions(zk, args.topic)
-        if not partitions:
-            raise CommandError(f"topic {args.topic} has no partitions registered in ZooKeeper")
+            if not partitions:
+                raise await no_partitions_error(zk, args.topic)
     async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
         answers = await asyncio.gather(
             *(_offsets(pool, brokers.get(b), args.topic, b, p, args) for b, p in partitions)

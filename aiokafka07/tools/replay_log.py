@@ -37,7 +37,9 @@ from .common import (
     UsageError,
     add_progress_option,
     add_zk_timeout,
+    connect_string,
     describe_exit_status,
+    no_partitions_error,
     non_negative_int,
     positive_int,
     read_brokers,
@@ -58,6 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--zookeeper",
         required=True,
         metavar="HOST[:PORT][,...][/CHROOT]",
+        type=connect_string,
         help="ZooKeeper of the cluster to read from",
     )
     parser.add_argument(
@@ -111,8 +114,8 @@ async def run(args: argparse.Namespace) -> int:
     async with zookeeper_session(args) as zk:
         brokers = await read_brokers(zk)
         partitions = await topic_partitions(zk, args.inputtopic)
-    if not partitions:
-        raise CommandError(f"topic {args.inputtopic} has no partitions registered in ZooKeeper")
+        if not partitions:
+            raise await no_partitions_error(zk, args.inputtopic)
     for broker_id, _ in partitions:
         if broker_id not in brokers:
             raise CommandError(f"broker {broker_id} of {args.inputtopic} is not registered")

@@ -28,6 +28,7 @@ from .common import (
     CommandError,
     add_cluster_options,
     describe_exit_status,
+    no_partitions_error,
     read_brokers,
     refuse_live_members,
     zookeeper_session,
@@ -63,7 +64,7 @@ async def run(args: argparse.Namespace) -> int:
             )
         names = partition_names(await read_topic_registrations(zk, args.topic))
         if not names:
-            raise CommandError(f"topic {args.topic} has no partitions registered in ZooKeeper")
+            raise await no_partitions_error(zk, args.topic)
         partitions = [TopicPartition.parse(args.topic, name) for name in names]
         brokers = await read_brokers(zk)
         async with ConnectionPool(connect_timeout_ms=5000, request_timeout_ms=10000) as pool:
