@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -56,7 +55,7 @@ from aiokafka07.monitor.collector import ClusterCollector, registry_for
 from aiokafka07.monitor.server import ExporterServer
 from aiokafka07.monitor.status import LagTracker
 from aiokafka07.testing import ZooKeeperServer
-from aiokafka07.testing.scrapers import start_scrapers
+from aiokafka07.testing.scrapers import scrape_while
 from aiokafka07.znodes import GroupRegistry
 from aiokafka07.zookeeper import ZooKeeper
 
@@ -141,26 +140,19 @@ async def pressure(connect: str, seconds: float, scrapers: int) -> dict[str, Any
         refresh_s: list[float] = []
         render_s: list[float] = []
         ages = []
-        process = await start_scrapers(f"{server.url}/metrics", scrapers, seconds)
-        try:
-            while process.returncode is None:
-                state = monitor.state
-                assert state.refreshed_at is not None
-                assert state.refresh_seconds is not None
-                ages.append(time.time() - state.refreshed_at)
-                if not refresh_s or refresh_s[-1] != state.refresh_seconds:
-                    refresh_s.append(state.refresh_seconds)
-                rendered = server.health.render_seconds
-                if rendered is not None and (not render_s or render_s[-1] != rendered):
-                    render_s.append(rendered)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(process.wait(), 0.1)
-            out, _ = await process.communicate()
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-        answered = json.loads(out)
+
+        def sample() -> None:
+            state = monitor.state
+            assert state.refreshed_at is not None
+            assert state.refresh_seconds is not None
+            ages.append(time.time() - state.refreshed_at)
+            if not refresh_s or refresh_s[-1] != state.refresh_seconds:
+                refresh_s.append(state.refresh_seconds)
+            rendered = server.health.render_seconds
+            if rendered is not None and (not render_s or render_s[-1] != rendered):
+                render_s.append(rendered)
+
+        answered = await scrape_while(f"{server.url}/metrics", scrapers, seconds, sample)
         kept = []
         for _ in range(7):
             started = time.perf_counter()

@@ -25,7 +25,7 @@ from aiokafka07.monitor.lag import LagStatus
 from aiokafka07.monitor.server import ExporterServer
 from aiokafka07.monitor.status import LagTracker
 from aiokafka07.testing.process import start_broker_process, stop_broker_process
-from aiokafka07.testing.scrapers import start_scrapers
+from aiokafka07.testing.scrapers import scrape_while
 from aiokafka07.tools.common import delete_tree
 from aiokafka07.znodes import GroupRegistry, group_path
 from aiokafka07.zookeeper import ZooKeeper
@@ -539,22 +539,15 @@ async def test_fresh_under_scrapes_back_to_back(kafka_cluster: Any, zookeeper: s
                 server.renders,
             )
             seconds = 8.0
-            scrapers = await start_scrapers(f"{server.url}/metrics", 20, seconds)
-            ages = []
-            try:
-                while scrapers.returncode is None:
-                    refreshed_at = monitor.state.refreshed_at
-                    assert refreshed_at is not None
-                    ages.append(time.time() - refreshed_at)
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(scrapers.wait(), 0.1)
-                out, _ = await scrapers.communicate()
-            finally:
-                if scrapers.returncode is None:
-                    scrapers.kill()
-                    await scrapers.wait()
-            assert scrapers.returncode == 0
-            statuses = json.loads(out)["statuses"]
+            ages: list[float] = []
+
+            def sample() -> None:
+                refreshed_at = monitor.state.refreshed_at
+                assert refreshed_at is not None
+                ages.append(time.time() - refreshed_at)
+
+            report = await scrape_while(f"{server.url}/metrics", 20, seconds, sample)
+            statuses = report["statuses"]
             assert set(statuses) == {"200"}  # none turned away: 8 at once, the rest wait
             served = statuses["200"]
             assert served >= 40  # back to back: many scrapes per refresh

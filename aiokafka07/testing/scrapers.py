@@ -4,29 +4,38 @@ An exporter must stay fresh however hard it is scraped; a test or a benchmark pr
 by scraping it from *another* process (Prometheus servers are other processes: clients
 on the exporter's own event loop would also take the loop's time from it).
 
-:func:`start_scrapers` starts ``python -m aiokafka07.testing.scrapers URL CLIENTS
-SECONDS``: ``CLIENTS`` concurrent clients (aiohttp, the ``exporter`` extra), each
-fetching ``URL`` again as soon as its last answer was read, for ``SECONDS``; it prints
-one JSON line: the answers by HTTP status, and each answer's latency (median and max,
-ms). Exits 1 if any request failed outright.
+:func:`scrape_while` starts ``python -m aiokafka07.testing.scrapers URL CLIENTS
+SECONDS`` and calls a function of the caller's every 0.1 s until it ends. That process
+runs ``CLIENTS`` concurrent clients (aiohttp, the ``exporter`` extra), each fetching
+``URL`` again as soon as its last answer was read, for ``SECONDS``, then prints one JSON
+line: the answers by HTTP status, and their latency (median and max, ms). It exits 1 if
+any request failed outright.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["start_scrapers"]
+__all__ = ["scrape_while"]
 
 
-async def start_scrapers(url: str, clients: int, seconds: float) -> asyncio.subprocess.Process:
-    """The scraping process (stdout piped: :func:`asyncio.subprocess.Process.communicate`
-    gives its JSON line)."""
-    return await asyncio.create_subprocess_exec(
+async def scrape_while(
+    url: str, clients: int, seconds: float, sample: Callable[[], None], every: float = 0.1
+) -> dict[str, Any]:
+    """Scrape ``url`` with ``clients`` clients back to back for ``seconds`` (in another
+    process), calling ``sample()`` every ``every`` seconds meanwhile; the process's
+    report (``statuses``: answers by HTTP status; ``latency_ms``: median and max).
+    Raises :class:`RuntimeError` if a request failed outright; the process is killed if
+    the caller's code raises."""
+    process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "aiokafka07.testing.scrapers",
@@ -35,6 +44,20 @@ async def start_scrapers(url: str, clients: int, seconds: float) -> asyncio.subp
         str(seconds),
         stdout=asyncio.subprocess.PIPE,
     )
+    try:
+        while process.returncode is None:
+            sample()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(process.wait(), every)
+        out, _ = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    if process.returncode != 0:
+        raise RuntimeError(f"the scrapers failed (exit status {process.returncode})")
+    report: dict[str, Any] = json.loads(out)
+    return report
 
 
 async def _scrape(url: str, clients: int, seconds: float) -> dict[str, object]:
