@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._install import install_hint
 from .connection import BrokerAddress
 from .errors import ProducerClosedError
 from .group import Consumer
@@ -551,7 +552,7 @@ def _spark_missing() -> str | None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return "PySpark is not installed: pip install 'aiokafka07[spark]'"
+        return f"PySpark is not installed: {install_hint('spark')}"
     from .testing.zookeeper_server import _java_executable
 
     if _java_executable() is None:

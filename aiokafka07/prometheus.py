@@ -2,8 +2,9 @@
 :class:`~aiokafka07.Producer` and a group :class:`~aiokafka07.Consumer` keep
 (``metrics``, and ``pool_metrics`` for their broker connections).
 
-It needs the ``prometheus`` extra (``pip install 'aiokafka07[prometheus]'``); nothing
-else in aiokafka07 imports this module, so the library works without it. An application
+It needs the ``prometheus`` extra (in a checkout: ``python -m pip install -e
+'.[prometheus]'``); nothing else in aiokafka07 imports this module, so the library works
+without it. An application
 registers its clients in one line each::
 
     import aiokafka07.prometheus

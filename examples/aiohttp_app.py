@@ -393,7 +393,8 @@ async def metrics(request: web.Request) -> web.Response:
         return _error(
             501,
             "NotInstalled",
-            "/metrics needs prometheus-client: pip install 'aiokafka07[prometheus]'",
+            "/metrics needs prometheus-client: in a checkout of aiokafka07, "
+            "python -m pip install -e '.[prometheus]'",
         )
     return web.Response(
         body=prometheus_client.generate_latest(registry),

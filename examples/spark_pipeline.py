@@ -11,7 +11,7 @@ local brokers run on it). ``python -m aiokafka07 demo`` is the same pipeline at 
 with a consumer group and throughput figures.
 
 Run: ``python examples/spark_pipeline.py [ZOOKEEPER]`` (no argument: a local cluster).
-Needs ``pip install 'aiokafka07[spark]'``.
+Needs the ``spark`` extra (in a checkout: ``python -m pip install -e '.[spark]'``).
 """
 
 from __future__ import annotations

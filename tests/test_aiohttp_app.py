@@ -381,6 +381,7 @@ asyncio.run(main())
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "501 /metrics needs prometheus-client: pip install 'aiokafka07[prometheus]'",
+        "501 /metrics needs prometheus-client: in a checkout of aiokafka07, "
+        "python -m pip install -e '.[prometheus]'",
         "200",
     ]

@@ -372,6 +372,36 @@ def test_the_exporter_pages_install_from_a_checkout(page: str) -> None:
         assert "installed from an index" in " ".join(text[start - 120 : start].split()), page
 
 
+def test_nothing_gives_an_index_install_unlabelled() -> None:
+    """No page, docstring, example or message tells a reader to ``pip install
+    'aiokafka07[...]'`` (which fails: aiokafka07 is on no package index) unless it is
+    labelled as the form for a package installed from an index; messages say it through
+    one helper."""
+    from aiokafka07._install import install_hint
+
+    hint = install_hint("spark")
+    assert "python -m pip install -e '.[spark]'" in hint
+    assert "installed from an index: python -m pip install 'aiokafka07[spark]'" in hint
+    files = [
+        *DOCS.rglob("*.md"),
+        *(ROOT / "aiokafka07").rglob("*.py"),
+        *(ROOT / "examples").rglob("*.py"),
+        ROOT / "README.md",
+    ]
+    found = []
+    for path in files:
+        if "_build" in path.parts or path.name == "_install.py":
+            continue
+        text = path.read_text()
+        for match in re.finditer(r"pip install '?aiokafka07\[", text):
+            before = " ".join(text[max(match.start() - 120, 0) : match.start()].split())
+            if "installed from an index" not in before:
+                found.append(
+                    f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}"
+                )
+    assert found == []
+
+
 # -- the migration tables ------------------------------------------------------------------
 
 #: What a table's right-hand column calls its objects (each page says so above its table).

@@ -3,10 +3,11 @@
 :class:`Bridge` reads chosen 0.7 topics partition by partition (the library's
 :class:`~aiokafka07.simple.SimpleConsumer`, compressed sets unpacked) and writes every
 message, its bytes kept whole as the value and a key taken from it by a key function, to
-the topic of the same name on the target through aiokafka (``pip install
-'aiokafka07[bridge]'``). Partition mapping: see :mod:`aiokafka07.bridge.mapping` (keyed
-messages by the target's default murmur2 partitioner, so a key always lands in the same
-target partition; keyless ones broker-partition to partition).
+the topic of the same name on the target through aiokafka (the ``bridge`` extra; in a
+checkout: ``python -m pip install -e '.[bridge]'``). Partition mapping: see
+:mod:`aiokafka07.bridge.mapping` (keyed messages by the target's default murmur2
+partitioner, so a key always lands in the same target partition; keyless ones
+broker-partition to partition).
 
 **Exactly once through crashes.** Every target record carries headers naming its 0.7
 topic, broker-partition and the position after it (:mod:`aiokafka07.bridge.positions`; a

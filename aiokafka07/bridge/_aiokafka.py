@@ -11,6 +11,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from .._install import install_hint
 from ..errors import BridgeError
 
 __all__ = ["load", "murmur2_partition", "partitions_of", "read_committed_consumer"]
@@ -26,9 +27,7 @@ def load() -> Any:
         import aiokafka.record.default_records
         import aiokafka.structs
     except ImportError as exc:
-        raise BridgeError(
-            f"the bridge needs aiokafka: pip install 'aiokafka07[bridge]' ({exc})"
-        ) from None
+        raise BridgeError(f"the bridge needs aiokafka: {install_hint('bridge')} ({exc})") from None
     return aiokafka
 
 

@@ -21,8 +21,10 @@ try:
     import pyarrow  # noqa: F401
     import pyspark  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the installation
+    from .._install import install_hint
+
     raise ImportError(
-        "aiokafka07.spark needs PySpark >= 4.0 and pyarrow: pip install 'aiokafka07[spark]'"
+        f"aiokafka07.spark needs PySpark >= 4.0 and pyarrow: {install_hint('spark')}"
     ) from exc
 
 import contextlib

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import sys
 
+from .._install import install_hint
 from ..bridge import Bridge, BridgeMetrics, key_before
 from ..errors import BridgeError
 from .common import (
@@ -35,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Copy TOPICs (or the topics a --whitelist / --blacklist selects) from a 0.7 cluster "
         "into a modern Kafka cluster (0.11 and later) through aiokafka, exactly once: each "
         "batch is one transaction, and a restarted run continues where the last committed "
-        "one ended. Needs the bridge extra: pip install 'aiokafka07[bridge]'. "
+        f"one ended. Needs the bridge extra: {install_hint('bridge')}. "
         "'aiokafka07 bridge offsets --group G' moves a 0.7 group's committed offsets to the "
         "target (see its --help); a topic named 'offsets' is copied with "
         "--whitelist offsets."

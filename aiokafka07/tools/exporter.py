@@ -20,6 +20,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from .._install import install_hint
 from ..errors import ZooKeeperError
 from ..supervisor import CrashPolicy, Supervisor
 from .common import (
@@ -45,10 +46,7 @@ DEFAULT_PORT = 9307
 #: How to install the ``exporter`` extra, said when it is missing: from a checkout, the
 #: way the documentation installs everything (aiokafka07 is not on a package index, so
 #: the index's form, ``aiokafka07[exporter]``, is given only as that, second).
-INSTALL = (
-    "in a checkout of aiokafka07, python -m pip install -e '.[exporter]' "
-    "(a package installed from an index: python -m pip install 'aiokafka07[exporter]')"
-)
+INSTALL = install_hint("exporter")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
