@@ -168,6 +168,34 @@ async def test_an_offset_past_the_log_end_is_err(
         assert partition["reason"] == f"committed offset {end + 1000} is past the log end {end}"
 
 
+async def test_an_unreadable_log_end_is_err_and_the_total_unknown(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """A committed offset on a broker that is not registered: that partition is ERR with
+    its lag unknown, and the group's total lag is unknown (null; "unknown" in the
+    table), not the sum of the partitions that could be read."""
+    async with kafka_cluster(1) as cluster, ZooKeeper(zookeeper) as zk:
+        async with Producer(zookeeper=zookeeper) as producer:
+            for i in range(5):
+                await producer.send("half", b"message %d" % i)
+        await registered(zookeeper, cluster, "half")
+        registry = GroupRegistry(zk, "half-known")
+        await registry.commit("half", "0-0", 0)
+        await registry.commit("half", "9-0", 0)  # broker 9 was never there
+        code, report = await status(zookeeper, "half-known", 1)
+        assert code == EXIT_ERR, report
+        rows = {f"{p['broker_id']}-{p['partition']}": p for p in report["partitions"]}
+        assert rows["0-0"]["lag"] > 0
+        assert rows["9-0"]["lag"] is None
+        assert rows["9-0"]["status"] == "ERR"
+        assert report["total_lag"] is None
+        code, out, _ = await run_cli(
+            "groups", "status", "--zookeeper", zookeeper, "--samples", "1",
+        )  # fmt: skip
+        line = next(x for x in out.decode().splitlines() if x.startswith("half-known"))
+        assert line.split()[1:3] == ["2", "unknown"], line
+
+
 async def test_the_first_ctrl_c_judges_what_was_sampled(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
 ) -> None:

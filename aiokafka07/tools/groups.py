@@ -302,11 +302,12 @@ class _Watched:
         self.log_end: int | None = None
 
     def verdict(self, now_ms: int) -> PartitionLag | None:
-        """The window's verdict; ERR when the log end was never known; None (not judged)
+        """The window's verdict; ERR when the last sample could not read the log end
+        (unknown is never judged on older samples, nor counted as 0); None (not judged)
         when the group never committed an offset for it."""
         if self.committed is None:
             return None
-        if not len(self.window):
+        if self.log_end is None or not len(self.window):
             return PartitionLag(
                 LagStatus.ERR,
                 None,
@@ -388,7 +389,11 @@ async def group_status(
                 "group": group,
                 "status": status.name,
                 "reason": reasons[0] if reasons else "",
-                "total_lag": sum(v.lag for v in verdicts if v.lag is not None and v.lag > 0),
+                # Unknown while any partition's is: a sum of the rest would read as
+                # consumers catching up.
+                "total_lag": None
+                if any(v.lag is None for v in verdicts)
+                else sum(v.lag for v in verdicts if v.lag is not None and v.lag > 0),
                 "partitions": rows,
             }
         )
@@ -434,7 +439,13 @@ def _print_status(report: dict[str, Any], one_group: bool, as_json: bool) -> Non
             print("no consumer groups")
             return
         rows = [
-            [g["group"], len(g["partitions"]), g["total_lag"], g["status"], g["reason"]]
+            [
+                g["group"],
+                len(g["partitions"]),
+                "unknown" if g["total_lag"] is None else g["total_lag"],
+                g["status"],
+                g["reason"],
+            ]
             for g in groups
         ]
         print(format_table(["GROUP", "PARTITIONS", "LAG", "STATUS", "REASON"], rows))
