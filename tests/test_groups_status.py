@@ -38,6 +38,14 @@ async def status(zookeeper: str, group: str, samples: int) -> tuple[int, dict[st
     return code, report
 
 
+async def written(zookeeper: str, cluster: KafkaCluster, topic: str, count: int) -> None:
+    """``count`` messages written to ``topic`` and the topic registered."""
+    async with Producer(zookeeper=zookeeper) as producer:
+        for i in range(count):
+            await producer.send(topic, b"message %d" % i)
+    await registered(zookeeper, cluster, topic)
+
+
 def statuses(report: dict[str, Any]) -> set[str]:
     return {p["status"] for p in report["partitions"]}
 
@@ -72,10 +80,7 @@ async def test_a_consumer_that_keeps_up_is_ok_and_stop_once_it_stops_reading(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
 ) -> None:
     async with kafka_cluster(1) as cluster:
-        async with Producer(zookeeper=zookeeper) as producer:
-            for i in range(20):
-                await producer.send("reads", b"message %d" % i)
-        await registered(zookeeper, cluster, "reads")
+        await written(zookeeper, cluster, "reads", 20)
         async with Consumer(
             "reads", group="keeps-up", zookeeper=zookeeper, auto_commit_interval_ms=INTERVAL_MS
         ) as consumer:
@@ -111,10 +116,7 @@ async def test_a_stuck_committer_is_stall_then_stop_when_it_stops_writing(
     or not: a live but stuck one makes commits that do not move (STALL); once it stops
     writing (it died), STOP."""
     async with kafka_cluster(1) as cluster, ZooKeeper(zookeeper) as zk:
-        async with Producer(zookeeper=zookeeper) as producer:
-            for i in range(20):
-                await producer.send("stuck", b"message %d" % i)
-        await registered(zookeeper, cluster, "stuck")
+        await written(zookeeper, cluster, "stuck", 20)
         registry = GroupRegistry(zk, "java")
         rewrites = 0
 
@@ -151,10 +153,7 @@ async def test_an_offset_past_the_log_end_is_err(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
 ) -> None:
     async with kafka_cluster(1) as cluster, ZooKeeper(zookeeper) as zk:
-        async with Producer(zookeeper=zookeeper) as producer:
-            for i in range(5):
-                await producer.send("past", b"message %d" % i)
-        await registered(zookeeper, cluster, "past")
+        await written(zookeeper, cluster, "past", 5)
         end = await log_end(cluster, "past")
         registry = GroupRegistry(zk, "ahead")
         await registry.commit("past", "0-0", end)
@@ -175,10 +174,7 @@ async def test_an_unreadable_log_end_is_err_and_the_total_unknown(
     its lag unknown, and the group's total lag is unknown (null; "unknown" in the
     table), not the sum of the partitions that could be read."""
     async with kafka_cluster(1) as cluster, ZooKeeper(zookeeper) as zk:
-        async with Producer(zookeeper=zookeeper) as producer:
-            for i in range(5):
-                await producer.send("half", b"message %d" % i)
-        await registered(zookeeper, cluster, "half")
+        await written(zookeeper, cluster, "half", 5)
         registry = GroupRegistry(zk, "half-known")
         await registry.commit("half", "0-0", 0)
         await registry.commit("half", "9-0", 0)  # broker 9 was never there
@@ -200,9 +196,7 @@ async def test_the_first_ctrl_c_judges_what_was_sampled(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
 ) -> None:
     async with kafka_cluster(1) as cluster, ZooKeeper(zookeeper) as zk:
-        async with Producer(zookeeper=zookeeper) as producer:
-            await producer.send("cut", b"message")
-        await registered(zookeeper, cluster, "cut")
+        await written(zookeeper, cluster, "cut", 1)
         await GroupRegistry(zk, "cut").commit("cut", "0-0", await log_end(cluster, "cut"))
         proc = await start_cli(
             "groups", "status", "cut", "--zookeeper", zookeeper, "--json", "--progress",
