@@ -249,7 +249,9 @@ class ExporterServer:
         state = self.monitor.state
         now_ms = int(time.time() * 1000)
         verdicts = judge(self.monitor, self.tracker, now_ms)
-        documents = {g.group: self.tracker.group_document(g, now_ms) for g in state.groups}
+        documents = {
+            g.group: self.tracker.group_document(g, now_ms, verdicts[g.group]) for g in state.groups
+        }
         started = time.perf_counter()
         metrics, groups, group_documents = await asyncio.to_thread(
             _format, state, verdicts, documents

@@ -17,6 +17,7 @@ total lag is unknown (``null``), not the sum of the others.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..records import TopicPartition
@@ -72,10 +73,16 @@ class LagTracker:
                 verdicts[p.tp] = PartitionLag(LagStatus.OK, None, "log end not read yet")
         return verdicts
 
-    def group_document(self, group: GroupState, now_ms: int | None = None) -> dict[str, Any]:
+    def group_document(
+        self,
+        group: GroupState,
+        now_ms: int | None = None,
+        verdicts: Mapping[TopicPartition, PartitionLag] | None = None,
+    ) -> dict[str, Any]:
         """One group's status as JSON: the worst status, total lag (null while any
         partition's is unknown: ``partial``), and each partition."""
-        verdicts = self.evaluate(group, now_ms)
+        if verdicts is None:  # else judged already (the exporter's server: once per refresh)
+            verdicts = self.evaluate(group, now_ms)
         partitions = []
         for p in group.partitions:
             verdict = verdicts[p.tp]
