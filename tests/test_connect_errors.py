@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import struct
 import time
 from collections.abc import Callable
 
@@ -56,7 +58,10 @@ def test_a_malformed_connect_string_is_refused_at_construction(connect: str) -> 
 
 
 def test_spark_options_refuse_a_malformed_connect_string() -> None:
-    options = pytest.importorskip("aiokafka07.spark.options")
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+    from aiokafka07.spark import options
+
     with pytest.raises(options.OptionError, match=r"option 'zookeeper': ZooKeeper server "):
         options.Connection.parse({"zookeeper": "not a host::"})
 
@@ -130,8 +135,17 @@ async def test_something_that_is_not_zookeeper_is_told_from_nothing() -> None:
         await reader.read()  # accepts, never answers
         writer.close()
 
-    async def closing(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Reads the request first: a socket closed with unread bytes sends a reset, not a
+        # FIN (which one the client sees would depend on the timing).
+        await reader.read(4)
         writer.close()
+
+    async def resetting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(4)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # linger 0: the close sends a reset
 
     async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(4)
@@ -147,6 +161,8 @@ async def test_something_that_is_not_zookeeper_is_told_from_nothing() -> None:
         "when the wait ended",
         closing: "accepted the connection, then closed it without answering ZooKeeper's "
         "'srvr' request",
+        resetting: "accepted the connection, then broke it without answering ZooKeeper's "
+        "'srvr' request ([Errno 104] Connection reset by peer)",
         http: "answered b'HTTP/1.0 400 Bad Request\\r\\n\\r\\n' to ZooKeeper's 'srvr' "
         "request, not as ZooKeeper does",
     }
