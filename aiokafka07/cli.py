@@ -256,6 +256,11 @@ def _describe(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__}: {text} (--debug shows the traceback)"
 
 
+#: How the cancellation that stops a command names its signal (the command may say it:
+#: :func:`aiokafka07.tools.common.stop_reason`).
+_STOPPED_BY = {signal.SIGINT: "stopped by Ctrl-C", signal.SIGTERM: "stopped by SIGTERM"}
+
+
 async def _supervise(
     name: str, run: Callable[[argparse.Namespace], Awaitable[int]], args: argparse.Namespace
 ) -> int:
@@ -271,7 +276,7 @@ async def _supervise(
             sys.stderr.flush()
             os._exit(128 + signum)
         received.append(signum)
-        task.cancel()
+        task.cancel(_STOPPED_BY[signal.Signals(signum)])  # what stopped it, for the command
 
     signals = (signal.SIGINT, signal.SIGTERM)
     for sig in signals:

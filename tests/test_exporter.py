@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -323,9 +324,15 @@ async def _has_partitions(server: ExporterServer, count: int) -> bool:
     return len(by_labels(samples, "kafka07_topic_partition_newest_offset")) == count
 
 
-async def test_command_serves_and_stops_on_ctrl_c(kafka_cluster: Any, zookeeper: str) -> None:
+@pytest.mark.parametrize(
+    ("stop", "said"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")], ids=["int", "term"]
+)
+async def test_command_serves_and_stops_on_ctrl_c(
+    kafka_cluster: Any, zookeeper: str, stop: signal.Signals, said: str
+) -> None:
     """The tool: says where it serves (127.0.0.1 by default), answers /metrics, shows
-    its status line, and the first SIGINT stops it cleanly (exit 0)."""
+    its status line, and the first SIGINT or SIGTERM stops it cleanly (exit 0), with a
+    last line that says so and counts what it did (a service's log shows a clean stop)."""
     async with kafka_cluster(1, zookeeper=zookeeper):
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aiokafka07", "exporter", "--zookeeper", zookeeper,
@@ -340,19 +347,31 @@ async def test_command_serves_and_stops_on_ctrl_c(kafka_cluster: Any, zookeeper:
             assert url.endswith("/metrics")
             timeout = aiohttp.ClientTimeout(total=5)
             async with aiohttp.ClientSession(timeout=timeout) as session:
+                scrapes = 0
 
                 async def brokers_up() -> bool:
+                    nonlocal scrapes
                     async with session.get(url) as response:
                         text = await response.text()
+                    scrapes += 1
                     return 'kafka07_broker_up{broker="0"} 1.0' in text
 
                 await eventually(brokers_up, 20)
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop)
             assert await asyncio.wait_for(process.wait(), 20) == 0
             rest = (await process.stderr.read()).decode()
             assert "error" not in rest
             # The status line (forced on with --progress; on a terminal by default).
             assert "1 broker (1 up)" in rest
+            last = rest.rstrip("\n").rsplit("\n", 1)[-1]
+            closing = re.fullmatch(
+                rf"aiokafka07 exporter: stopped by {said} after [0-9.]+ s: ([0-9,]+) "
+                r"refresh(?:es)?, ([0-9,]+) requests? answered, 0 refused \(busy\)",
+                last,
+            )
+            assert closing is not None, last
+            assert int(closing[1].replace(",", "")) >= 1
+            assert int(closing[2].replace(",", "")) == scrapes
         finally:
             if process.returncode is None:
                 process.kill()
@@ -540,18 +559,24 @@ async def test_fresh_under_scrapes_back_to_back(kafka_cluster: Any, zookeeper: s
             )
             seconds = 8.0
             ages: list[float] = []
+            took: list[float] = []  # each refresh's own duration
 
             def sample() -> None:
-                refreshed_at = monitor.state.refreshed_at
-                assert refreshed_at is not None
-                ages.append(time.time() - refreshed_at)
+                state = monitor.state
+                assert state.refreshed_at is not None
+                assert state.refresh_seconds is not None
+                ages.append(time.time() - state.refreshed_at)
+                took.append(state.refresh_seconds)
 
             report = await scrape_while(f"{server.url}/metrics", 20, seconds, sample)
             statuses = report["statuses"]
             assert set(statuses) == {"200"}  # none turned away: 8 at once, the rest wait
             served = statuses["200"]
             assert served >= 40  # back to back: many scrapes per refresh
-            assert max(ages) < 3 * interval, max(ages)
+            # Within 3 intervals; on a machine so busy that a refresh itself takes longer
+            # than that, within an interval and two refreshes' time: the refresher is
+            # never held up by the scrapes (starved, the age grew for all 8 s).
+            assert max(ages) < max(3 * interval, interval + 2 * max(took) + 0.5), (ages, took)
             assert monitor.errors["zookeeper"] == errors
             assert monitor.refreshes - refreshes >= seconds / interval / 2
             # One formatting per refresh (and per interval without one), not per scrape.

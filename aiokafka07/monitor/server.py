@@ -112,6 +112,9 @@ class ExporterServer:
         self._rendering: asyncio.Task[_Snapshot] | None = None
         #: Times a refresh's series were formatted (once per refresh, at most).
         self.renders = 0
+        #: Requests answered from a snapshot, and refused (503) for want of a turn.
+        self.answered = 0
+        self.refused = 0
         self._home: asyncio.AbstractEventLoop | None = None  # the monitor's loop
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None  # set on the server's loop
@@ -284,6 +287,7 @@ class ExporterServer:
             self._turns.release()
 
     def _busy(self) -> web.Response:
+        self.refused += 1
         return web.Response(
             text=f"{self.max_scrapes} requests are being answered; none finished within "
             f"{self.scrape_wait_ms:g} ms: try again\n",
@@ -301,6 +305,7 @@ class ExporterServer:
             body = await self.scrape()
         finally:
             self._turns.release()
+        self.answered += 1
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _status(self, request: web.Request) -> web.Response:
@@ -308,6 +313,7 @@ class ExporterServer:
         if snapshot is None:
             return self._busy()
         live = {"stale": self.monitor.is_stale, "refreshed_at": snapshot.state.refreshed_at}
+        self.answered += 1
         return _json_text(_with(live, "groups", snapshot.groups))
 
     async def _group_status(self, request: web.Request) -> web.Response:
@@ -320,6 +326,7 @@ class ExporterServer:
             document = {"error": f"no consumer group {group!r} in the state"}
             return _json_text(json.dumps(document, indent=2), status=404)
         live = json.dumps({"stale": self.monitor.is_stale}, indent=2)
+        self.answered += 1
         return _json_text(live[:-2] + ",\n" + found[2:])
 
 

@@ -555,6 +555,14 @@ def silence_stdout() -> None:
         os.close(devnull)
 
 
+def stop_reason(cancelled: BaseException) -> str:
+    """Why the command was cancelled, from ``cancelled``'s message (the dispatcher,
+    :mod:`aiokafka07.cli`, names the signal): ``stopped by SIGTERM``, ``stopped by
+    Ctrl-C``; ``stopped`` when nothing says."""
+    message = cancelled.args[0] if cancelled.args else None
+    return message if isinstance(message, str) and message.startswith("stopped") else "stopped"
+
+
 def stop_acknowledged() -> None:
     """Tell asyncio that the cancellation by Ctrl-C / SIGTERM was handled: the command
     stops cleanly, and timeouts in its clean-up must work as timeouts again."""
