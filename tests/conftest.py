@@ -128,10 +128,47 @@ def _fixtures(item: pytest.Item) -> list[object]:
     return [d.func for defs in definitions.values() for d in defs]
 
 
+#: Modules with tests that build this checkout into a distribution, and the fixture that
+#: does it (``None``: every test of the module). They write in the source tree
+#: (setuptools' ``build/`` and ``*.egg-info``), so they run on one worker, one at a time.
+PACKAGING: dict[str, str | None] = {"test_docs": "metadata", "test_release": None}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The pytest-xdist group ``item`` runs in (``--dist loadgroup``), if any: a test that
+    uses a module-scoped fixture (a Spark session, the built site, a cluster process) runs
+    on its module's worker, so the fixture is set up once, not once per worker; the
+    packaging tests share one worker (:data:`PACKAGING`)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = getattr(info, "name2fixturedefs", {})
+    used = {d.argname for defs in definitions.values() for d in defs if d.scope == "module"}
+    if item.path.stem in PACKAGING and PACKAGING[item.path.stem] in (None, *used):
+        return "packaging"
+    return item.path.stem if used else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if is_slow(item) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the project's default, ``addopts``): twice the cores, at most 8.
+
+    Most of the suite's time is waiting (a broker's flush timer, a timeout, ZooKeeper's
+    session expiry, a JVM starting), not computing, so more workers than cores pays; each
+    worker runs its own ZooKeeper server. ``AIOKAFKA07_TEST_WORKERS`` sets the number
+    (``-n 0``, or ``-p no:xdist``, runs everything in one process).
+    """
+    wanted = os.environ.get("AIOKAFKA07_TEST_WORKERS")
+    if wanted:
+        return int(wanted)
+    return min(8, 2 * (os.cpu_count() or 1))
 
 
 settings.register_profile(

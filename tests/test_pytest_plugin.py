@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from .nested import outside_this_run
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFTEST = """
@@ -45,7 +47,7 @@ def run_pytest(tmp_path: Path, *args: str, ini: str = "") -> tuple[str, bool]:
     fake.chmod(0o755)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {
-        **os.environ,
+        **outside_this_run(),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": path,
     }

@@ -50,6 +50,8 @@ import pytest
 
 from aiokafka07 import SimpleConsumer
 
+from .nested import outside_this_run
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -172,7 +174,7 @@ def _env() -> dict[str, str]:
     first on PATH, as in an activated virtual environment."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     scripts = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
-    return {**os.environ, "PYTHONPATH": path, "PATH": scripts}
+    return {**outside_this_run(), "PYTHONPATH": path, "PATH": scripts}
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.runs], ids=lambda b: b.id)
