@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from aiokafka07.producer import batch
 from aiokafka07.protocol import implementation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,7 @@ def test_c_accelerator_is_active_where_it_can_be_built() -> None:
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler here, so the pure-Python codec is the expected one")
     assert implementation() == "c"
+    assert batch.implementation() == "c"  # the producer's hot path (_appender.c)
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:

@@ -12,16 +12,20 @@ built by the caller (:meth:`Producer.create_batch` / :meth:`Producer.send_batch`
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import InvalidConfigError, MessageTooLargeError
 from ..protocol._accel import pure_forced
 
-__all__ = ["Batch", "BatchBuilder", "Route", "check_message_size", "serialize"]
+__all__ = ["Batch", "BatchBuilder", "Route", "check_message_size", "implementation", "serialize"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("aiokafka07.producer")
 
 Route = tuple[Any, "tuple[int, int] | None"]
 """How a message was routed, to route it again on a retry: (key, pinned partition)."""
@@ -40,17 +44,47 @@ class _PureBatchCore:
     byte_cap: int
 
 
+def _load_appender() -> ModuleType | None:
+    """The C module ``_appender`` when it was built and ``AIOKAFKA07_PURE`` is not set,
+    else None; the choice is logged once, at DEBUG, as the codec's is (an install where
+    no C compiler was found runs on the pure twins, and that line says so and why)."""
+    if pure_forced():
+        log.debug(
+            "AIOKAFKA07_PURE is set: the producer's hot path runs on its pure-Python twin "
+            "(not the C accelerator aiokafka07.producer._appender)"
+        )
+        return None
+    try:
+        from . import _appender  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:  # not built (no compiler at install time)
+        log.debug(
+            "the C accelerator aiokafka07.producer._appender is not built (%s; no C compiler "
+            "when this was installed?): the producer's hot path runs on its pure-Python twin",
+            exc,
+        )
+        return None
+    log.debug("the producer's hot path runs on its C accelerator (aiokafka07.producer._appender)")
+    return _appender  # type: ignore[no-any-return,unused-ignore]
+
+
+_appender_module = _load_appender()
+
+
+def implementation() -> str:
+    """``"c"`` when the producer's hot path (``BatchBuilder.append``, the batches'
+    fields, keeping pending futures off the garbage collector's lists) runs on the C
+    accelerator ``_appender``, ``"python"`` on its pure twins: what
+    :func:`aiokafka07.protocol.implementation` says for the codec."""
+    return "python" if _appender_module is None else "c"
+
+
 def _accelerated(name: str, twin: T) -> T:
     """The C type or function ``name`` of ``_appender`` when it was built (and
     ``AIOKAFKA07_PURE`` is not set), else its pure-Python ``twin``: chosen once, at
     import, as the codec's accelerator is."""
-    if pure_forced():
+    if _appender_module is None:
         return twin
-    try:
-        from . import _appender  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:  # not built (no compiler at install time)
-        return twin
-    return cast("T", getattr(_appender, name))
+    return cast("T", getattr(_appender_module, name))
 
 
 if TYPE_CHECKING:
