@@ -125,7 +125,9 @@ async def test_counter_exact_with_compressed_wrappers_and_moving_offsets(
             (tp, middle): MessageLag(second, EXACT),
             (tp, end): MessageLag(0, EXACT),
         }
-        assert counter.stats.bytes_read == end
+        # Read once, in chunks cut at the offsets (a partial tail read twice at most).
+        assert end <= counter.stats.bytes_read <= end + 4096
+        assert counter.stats.fetches <= end // 4096 + 2
         assert await counter.refresh(pool, address_of(cluster), ranges) == lags
         assert counter.stats.bytes_read == 0  # nothing changed: nothing read
 
@@ -165,6 +167,17 @@ async def test_counter_estimates_beyond_the_bound_and_catches_up(cluster: KafkaC
         assert abs(lag.messages - 1000) <= 1
         assert 0 < far.stats.bytes_read <= 2048  # one sample chunk
         assert far.spans() == []
+        (again,) = (await far.refresh(pool, address_of(cluster), ranges)).values()
+        assert again == lag
+        assert far.stats.bytes_read == 0  # the sample is recent: not read again
+
+        # Bigger messages arrive: a new sample, where they start, gives the recent mean.
+        far.resample_seconds = 0.0
+        for i in range(4):
+            newest = await write(connection, 1, encode_message_set(payloads(f"big{i}", 25, 90)))
+        moved = {tp: PartitionRange(0, newest, frozenset({0}))}
+        (recent,) = (await far.refresh(pool, address_of(cluster), moved)).values()
+        assert recent == MessageLag(round(newest / 100), "estimate")  # 100 bytes a message
 
         small = MessageCounter(refresh_bytes=8192, chunk_bytes=2048)
         seen = []
@@ -330,3 +343,27 @@ async def test_refresh_time_with_and_without_counting(kafka_cluster: Any, zookee
     assert timings["with"] is not None
     assert timings["with"] < timings["without"] + 2.5, timings
     print(f"\nrefresh without counting {timings['without']:.3f} s, with {timings['with']:.3f} s")
+
+
+async def test_counter_estimates_an_offset_inside_a_message(cluster: KafkaCluster) -> None:
+    """A committed offset that is not a message boundary (a tool wrote it) is never
+    counted from: estimated, while another group's range on the partition stays exact,
+    whether the offset is met inside the counted span or past its end."""
+    (broker,) = cluster.running
+    tp = TopicPartition(TOPIC, broker.broker_id, 0)
+    async with (
+        await BrokerConnection.open(BrokerAddress(0, broker.host, broker.port)) as connection,
+        ConnectionPool() as pool,
+    ):
+        written, end = await write_mixed(connection, 0, "m")
+        counter = MessageCounter(chunk_bytes=1024)
+        inside = 7  # inside the first message (50 bytes)
+        for committed in ({0, inside}, {0}, {0, inside}):  # past the span's end, then inside
+            ranges = {tp: PartitionRange(0, end, frozenset(committed))}
+            lags = await counter.refresh(pool, address_of(cluster), ranges)
+            assert lags[(tp, 0)] == MessageLag(written, EXACT)
+            if inside in committed:
+                lag = lags[(tp, inside)]
+                assert lag is not None
+                assert lag.method == "estimate"
+                assert lag.messages > 0

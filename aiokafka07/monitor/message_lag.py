@@ -41,8 +41,10 @@ A group partition's message lag is then:
   a mark) plus the rest of the range divided by the partition's *recent mean message
   size* (bytes per message of the last span counted on it, or of the last sample read;
   else the mean over the topic's other partitions), at least 1 message while the byte
-  lag is positive. A partition far behind with no mean known is read once at its
-  committed offset (one chunk, within the budget) to learn one;
+  lag is positive. A partition whose every group is beyond ``max_range_bytes`` (no
+  span) is sampled instead: one chunk, within the budget, read where its newest
+  messages start (the log end of the previous refresh; on the first look, the committed
+  offset), again every ``resample_seconds`` (60);
 * unknown (None) when neither can be had: the committed offset is past the log end, the
   byte lag itself is unknown, or no mean message size is known. Unknown is never 0.
 
@@ -56,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import dataclasses
 import logging
 import time
@@ -66,7 +67,7 @@ from typing import Literal, NamedTuple
 from ..connection import BrokerAddress, BrokerConnection
 from ..errors import InvalidMessageSizeError, KafkaError, OffsetOutOfRangeError, ProtocolError
 from ..pool import ConnectionPool
-from ..protocol.messages import count_message_set
+from ..protocol.messages import BytesLike, SetCount, count_message_set
 from ..records import TopicPartition
 
 __all__ = [
@@ -193,9 +194,26 @@ class _Unreadable(Exception):
     """The range cannot be counted now (bytes that do not parse, budget spent)."""
 
 
-class _NotBoundary(_Unreadable):
-    """A committed offset is not a message boundary: that group's range is estimated,
-    the others' are counted on."""
+def _count_whole(data: BytesLike) -> SetCount:
+    """The messages of a fetched set (see :func:`count_message_set`); bytes that do not
+    parse raise :class:`_Unreadable`."""
+    try:
+        return count_message_set(data)
+    except ProtocolError as exc:
+        raise _Unreadable(str(exc)) from None
+
+
+def _count_piece(data: BytesLike) -> SetCount | None:
+    """The messages of a piece of a fetched set that ends at a target; None when its
+    first entry crosses the end (the target is not a message boundary)."""
+    try:
+        return count_message_set(data)
+    except InvalidMessageSizeError as exc:
+        if exc.available is not None:
+            return None
+        raise _Unreadable(str(exc)) from None
+    except ProtocolError as exc:
+        raise _Unreadable(str(exc)) from None
 
 
 class MessageCounter:
@@ -206,7 +224,9 @@ class MessageCounter:
     ``refresh_bytes``: at most this many bytes fetched per refresh in all;
     ``partition_bytes``: per partition; ``max_seconds``: no fetch starts after this long;
     ``chunk_bytes``: the size of one FETCH (and the most two marks are apart);
-    ``concurrency``: partitions read at once per broker.
+    ``concurrency``: partitions read at once per broker; ``resample_seconds``: how
+    often a partition with no counted span (every group beyond ``max_range_bytes``) is
+    sampled again for its mean message size.
     """
 
     def __init__(
@@ -218,6 +238,7 @@ class MessageCounter:
         max_seconds: float = 2.0,
         chunk_bytes: int = 1 << 20,
         concurrency: int = 8,
+        resample_seconds: float = 60.0,
     ) -> None:
         for name, value in (
             ("max_range_bytes", max_range_bytes),
@@ -237,9 +258,15 @@ class MessageCounter:
         self.max_seconds = max_seconds
         self.chunk_bytes = chunk_bytes
         self.concurrency = max(concurrency, 1)
+        self.resample_seconds = resample_seconds
         self._spans: dict[TopicPartition, _Span] = {}
         #: The last mean message size measured on each partition (bytes per message).
         self._means: dict[TopicPartition, float] = {}
+        #: When a far partition's mean was last sampled (monotonic), and the log end
+        #: each partition had at the last refresh (a message boundary: where the
+        #: newest messages start).
+        self._sampled: dict[TopicPartition, float] = {}
+        self._last_ends: dict[TopicPartition, int] = {}
         self.stats = CountStats()
 
     async def refresh(
@@ -266,8 +293,9 @@ class MessageCounter:
         started = time.perf_counter()
         for gone in self._spans.keys() - ranges.keys():
             del self._spans[gone]
-        for gone in self._means.keys() - ranges.keys():
-            del self._means[gone]
+        for memory in (self._means, self._sampled, self._last_ends):
+            for gone in memory.keys() - ranges.keys():
+                del memory[gone]
         budget = _Budget(self.refresh_bytes, self.max_seconds)
         stats = self.stats = CountStats()
         by_broker: dict[int, list[TopicPartition]] = {}
@@ -285,6 +313,8 @@ class MessageCounter:
         finally:
             stats.exhausted = budget.exhausted
             stats.seconds = time.perf_counter() - started
+            for tp, r in ranges.items():
+                self._last_ends[tp] = r.log_end
 
     def lags(
         self, ranges: Mapping[TopicPartition, PartitionRange]
@@ -339,8 +369,26 @@ class MessageCounter:
             return max(r.log_end - span.hi, 0) + sum(
                 self.chunk_bytes for c in self._near(r) if c <= span.hi and span.count_at(c) is None
             )
-        behind = any(c < r.log_end for c in r.committed)
-        return self.chunk_bytes if behind and self._means.get(tp) is None else 0
+        if self._sample_at(tp, r) is None:
+            return 0
+        return self.chunk_bytes
+
+    def _sample_at(self, tp: TopicPartition, r: PartitionRange) -> int | None:
+        """Where to sample a partition with no counted span (every group far behind)
+        for its mean message size: None while the last sample is recent (younger than
+        ``resample_seconds``) or nobody is behind; else where the newest messages start
+        (the log end at the last refresh), or on the first look the smallest committed
+        offset inside the log."""
+        if not any(c < r.log_end for c in r.committed):
+            return None
+        sampled = self._sampled.get(tp)
+        if sampled is not None and time.monotonic() - sampled < self.resample_seconds:
+            return None
+        last_end = self._last_ends.get(tp)
+        if last_end is not None and r.log_start <= last_end < r.log_end:
+            return last_end
+        inside = [c for c in r.committed if r.log_start <= c < r.log_end]
+        return min(inside) if inside else None
 
     # -- reading ---------------------------------------------------------------------
 
@@ -381,36 +429,31 @@ class MessageCounter:
         span = self._spans.get(tp)
         try:
             if span is None:  # far behind: learn the mean message size from one chunk
-                inside = [c for c in r.committed if r.log_start <= c < r.log_end]
-                if inside:
-                    start = min(inside)
+                start = self._sample_at(tp, r)
+                if start is not None:
+                    self._sampled[tp] = time.monotonic()
                     size = min(self.chunk_bytes, r.log_end - start)
-                    count, used = await self._count(
-                        connection, tp, start, size, budget, allowance, stats
-                    )
-                    if count:
-                        self._means[tp] = used / count
+                    data = await self._fetch(connection, tp, start, size, budget, allowance, stats)
+                    counted = _count_whole(data)
+                    if counted.messages:
+                        self._means[tp] = counted.valid_bytes / counted.messages
                 return
             near = self._near(r)
             for c in near:  # step 2: offsets inside the span become marks
                 if c < span.hi and span.count_at(c) is None:
                     mark, at = span.mark_before(c)
-                    try:
-                        count = await self._advance(
-                            connection, tp, span, mark, c, budget, allowance, stats, extend=False
-                        )
-                    except _NotBoundary:
-                        continue
-                    span.add(c, at + count)
+                    found = await self._advance(
+                        connection, tp, span, mark, [c], budget, allowance, stats, extend=False
+                    )
+                    if c in found:  # else not a message boundary: estimated
+                        span.add(c, at + found[c])
             if span.count_at(near[0]) is not None:
                 span.drop_below(near[0])
-            for target in [*(c for c in near if c > span.hi), r.log_end]:  # step 3
-                if target <= span.hi:
-                    continue  # passed already (a non-boundary offset read across)
-                with contextlib.suppress(_NotBoundary):
-                    await self._advance(
-                        connection, tp, span, span.hi, target, budget, allowance, stats, extend=True
-                    )
+            targets = [*(c for c in near if c > span.hi), r.log_end]  # step 3
+            if r.log_end > span.hi:
+                await self._advance(
+                    connection, tp, span, span.hi, targets, budget, allowance, stats, extend=True
+                )
         except OffsetOutOfRangeError:
             self._spans.pop(tp, None)  # segments deleted meanwhile: start again next time
         except _Unreadable:
@@ -430,32 +473,50 @@ class MessageCounter:
         tp: TopicPartition,
         span: _Span,
         start: int,
-        target: int,
+        targets: list[int],
         budget: _Budget,
         allowance: list[int],
         stats: CountStats,
         *,
         extend: bool,
-    ) -> int:
-        """Count the messages of ``[start, target)`` chunk by chunk; with ``extend``
-        (``start`` is the span's end) each chunk's end becomes a mark. Raises
-        :class:`_Unreadable` when it stops short, :class:`_NotBoundary` when a message
-        crosses ``target``."""
-        pos, total = start, 0
+    ) -> dict[int, int]:
+        """Count from ``start`` (a mark) through ``targets`` (sorted, past ``start``), one
+        FETCH of at most ``chunk_bytes`` at a time, each fetch's buffer cut at the targets
+        it holds; with ``extend`` (``start`` is the span's end) each fetch's end and each
+        target become marks. Returns the messages from ``start`` to each target that is a
+        message boundary (a target a message crosses is left out). Raises
+        :class:`_Unreadable` when it stops short (the marks made so far stay)."""
+        pos, total, found = start, 0, {}
         base = span.counts[-1] if extend else 0
-        while pos < target:
-            count, used = await self._count(
-                connection, tp, pos, min(self.chunk_bytes, target - pos), budget, allowance, stats
+        last = targets[-1]
+        while pos < last:
+            data = await self._fetch(
+                connection, tp, pos, min(self.chunk_bytes, last - pos), budget, allowance, stats
             )
-            pos += used
-            total += count
+            view = memoryview(data)
+            done = 0  # bytes of ``data`` counted: a message boundary
+            for target in targets:
+                if not pos + done < target <= pos + len(data):
+                    continue
+                counted = _count_piece(view[done : target - pos])
+                if counted is None or counted.valid_bytes != target - pos - done:
+                    continue  # a message crosses the target: not a boundary
+                done = target - pos
+                total += counted.messages
+                found[target] = total
+                if extend:
+                    span.add(target, base + total)
+            # The rest, up to a partial tail (None: the tail starts where a target cut).
+            rest = _count_piece(view[done:]) if done < len(data) else None
+            if rest is not None:
+                done += rest.valid_bytes
+                total += rest.messages
+            pos += done
             if extend:
                 span.add(pos, base + total)
-        if pos != target:
-            raise _NotBoundary(f"{target} is not a message boundary of {tp.topic} {tp.name}")
-        return total
+        return found
 
-    async def _count(
+    async def _fetch(
         self,
         connection: BrokerConnection,
         tp: TopicPartition,
@@ -464,10 +525,9 @@ class MessageCounter:
         budget: _Budget,
         allowance: list[int],
         stats: CountStats,
-    ) -> tuple[int, int]:
-        """FETCH ``size`` bytes at ``offset`` and count the complete messages in them:
-        (messages, bytes). A first entry larger than ``size`` is fetched again whole
-        (up to 16 MiB); bytes that do not parse raise :class:`_Unreadable`."""
+    ) -> BytesLike:
+        """FETCH ``size`` bytes at ``offset`` within the budget: a message set whose first
+        entry is whole (one larger than ``size`` is fetched again whole, up to 16 MiB)."""
         while True:
             if size > allowance[0] or not budget.allows(size):
                 raise _Unreadable("budget spent")
@@ -478,9 +538,10 @@ class MessageCounter:
             if error is not None:
                 raise error
             stats.fetches += 1
-            stats.bytes_read += len(response.message_set)
+            data = response.message_set
+            stats.bytes_read += len(data)
             try:
-                counted = count_message_set(response.message_set)
+                counted = count_message_set(data)
             except InvalidMessageSizeError as exc:
                 # The first message is larger than the fetch: fetch it whole, once.
                 needed = None if exc.available is None or exc.size is None else exc.size + 4
@@ -491,8 +552,8 @@ class MessageCounter:
             except ProtocolError as exc:
                 raise _Unreadable(str(exc)) from None
             if not counted.valid_bytes:
-                raise _Unreadable(f"nothing to count at {offset}")
-            return counted.messages, counted.valid_bytes
+                raise _Unreadable(f"nothing to count at {offset} of {tp.topic} {tp.name}")
+            return data
 
     # -- results ---------------------------------------------------------------------
 
