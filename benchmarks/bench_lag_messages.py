@@ -149,13 +149,12 @@ async def run(
                 offsets[("behind", topic, b, p)] = 0
                 offsets[("half", topic, b, p)] = middle
             await commit(connect, offsets)
-            counter = MessageCounter()
             floor = ClusterMonitor(
                 connect, interval_ms=3_600_000.0, message_counter=MessageCounter(refresh_bytes=0)
             )
             counting = ClusterMonitor(
                 connect, interval_ms=3_600_000.0, refresh_timeout_ms=60_000.0,
-                message_counter=counter,
+                message_counter=MessageCounter(refresh_bytes=0),
             )  # fmt: skip
             async with floor, counting:
                 wanted = 2 * results["broker_partitions"]
@@ -166,7 +165,7 @@ async def run(
                             raise RuntimeError("the groups' partitions were not all seen")
                         await asyncio.sleep(0.5)
                         await refreshed(monitor)
-                # The counting monitor's refreshes so far read the backlog: start again.
+                # Counting starts now (its refreshes so far read nothing).
                 counting.message_counter = counter = MessageCounter()
                 results["floor_first_s"] = await refreshed(floor)
                 results["cold_s"] = await refreshed(counting)

@@ -367,3 +367,34 @@ async def test_counter_estimates_an_offset_inside_a_message(cluster: KafkaCluste
                 assert lag is not None
                 assert lag.method == "estimate"
                 assert lag.messages > 0
+
+
+async def test_counter_estimates_each_partition_from_its_own_messages(
+    cluster: KafkaCluster,
+) -> None:
+    """With a budget that ends after the first fetches, each partition is still
+    estimated from a sample of its own messages (one gzip-compressed, one plain: a
+    topic's mean would be several times off for both)."""
+    (broker,) = cluster.running
+    async with (
+        await BrokerConnection.open(BrokerAddress(0, broker.host, broker.port)) as connection,
+        ConnectionPool() as pool,
+    ):
+        ends = {}
+        for partition, codec in ((0, "gzip"), (1, "none")):
+            for i in range(20):  # 20 sets of 50 messages of 100 bytes
+                values = payloads(f"{partition}-{i}", 50, 100)
+                ends[partition] = await write(
+                    connection, partition, encode_message_set(values, compression=codec)
+                )
+        ranges = {
+            TopicPartition(TOPIC, 0, p): PartitionRange(0, end, frozenset({0}))
+            for p, end in ends.items()
+        }
+        counter = MessageCounter(refresh_bytes=2 * 4096, sample_bytes=4096, chunk_bytes=1 << 20)
+        lags = await counter.refresh(pool, address_of(cluster), ranges)
+        assert counter.stats.exhausted
+        for lag in lags.values():
+            assert lag is not None
+            assert lag.method == "estimate"
+            assert abs(lag.messages - 1000) <= 100, lags

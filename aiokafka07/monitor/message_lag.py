@@ -28,9 +28,12 @@ the log end is at most ``max_range_bytes`` (the *near* ones):
    mark.
 
 Reading is bounded per refresh: at most ``partition_bytes`` per partition, at most
-``refresh_bytes`` in all, and no fetch starts after ``max_seconds`` (the partitions that
-need least are read first, up to ``concurrency`` at once per broker). What was read is
-kept, so a backlog beyond one refresh's budget is counted over several.
+``refresh_bytes`` in all, and no fetch starts after ``max_seconds``. It goes in two
+passes: first ``sample_bytes`` (16 KiB) of every partition with no mean message size yet
+(so a budget spent before the last partitions still leaves each an estimate from its own
+messages: a topic's partitions may differ, compressed or not), then the rest, the
+partitions that need least first, up to ``concurrency`` at once per broker. What was read
+is kept, so a backlog beyond one refresh's budget is counted over several.
 
 A group partition's message lag is then:
 
@@ -60,6 +63,7 @@ import asyncio
 import bisect
 import dataclasses
 import logging
+import struct
 import time
 from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
@@ -85,6 +89,13 @@ EXACT: Literal["exact"] = "exact"
 ESTIMATE: Literal["estimate"] = "estimate"
 
 Method = Literal["exact", "estimate"]
+
+#: Fetched sets at least this large are counted in a worker thread: decompressing a MiB
+#: of gzip wrappers of small messages takes ~90 ms here, time the event loop (ZooKeeper's
+#: session, the other requests) must not lose.
+_IN_THREAD = 64 << 10
+
+_I32 = struct.Struct(">i")
 
 #: The largest first entry a fetch grows to (0.7's largest ``max.message.size`` a broker
 #: accepts by default is 1,000,000 bytes; a wrapper is one message).
@@ -216,6 +227,31 @@ def _count_piece(data: BytesLike) -> SetCount | None:
         raise _Unreadable(str(exc)) from None
 
 
+def _count_cuts(data: BytesLike, cuts: list[int]) -> tuple[list[tuple[int, int]], int, int]:
+    """Count a fetched set (its first entry whole) cut at ``cuts`` (sorted positions):
+    the messages up to each cut that is a message boundary, the bytes of complete
+    entries counted, and their messages. Safe in a worker thread (no shared state)."""
+    view = memoryview(data)
+    done, total, found = 0, 0, []
+    for cut in cuts:
+        if cut <= done:
+            continue
+        counted = _count_piece(view[done:cut])
+        if counted is None or counted.valid_bytes != cut - done:
+            continue  # a message crosses the cut: not a boundary
+        done = cut
+        total += counted.messages
+        found.append((cut, total))
+    if done < len(view):
+        rest = _count_piece(view[done:])  # None: a partial tail starts at the last cut
+        if rest is not None:
+            done += rest.valid_bytes
+            total += rest.messages
+    if not done:
+        raise _Unreadable("no complete message")
+    return found, done, total
+
+
 class MessageCounter:
     """Counts (or estimates) group partitions' lag in messages, keeping what it counted
     between refreshes (module docstring: the rule and the bounds).
@@ -224,6 +260,7 @@ class MessageCounter:
     ``refresh_bytes``: at most this many bytes fetched per refresh in all;
     ``partition_bytes``: per partition; ``max_seconds``: no fetch starts after this long;
     ``chunk_bytes``: the size of one FETCH (and the most two marks are apart);
+    ``sample_bytes``: the first fetch of a partition with no mean message size yet;
     ``concurrency``: partitions read at once per broker; ``resample_seconds``: how
     often a partition with no counted span (every group beyond ``max_range_bytes``) is
     sampled again for its mean message size.
@@ -233,10 +270,11 @@ class MessageCounter:
         self,
         *,
         max_range_bytes: int = 256 << 20,
-        refresh_bytes: int = 64 << 20,
-        partition_bytes: int = 16 << 20,
-        max_seconds: float = 2.0,
-        chunk_bytes: int = 1 << 20,
+        refresh_bytes: int = 32 << 20,
+        partition_bytes: int = 8 << 20,
+        max_seconds: float = 1.0,
+        chunk_bytes: int = 256 << 10,
+        sample_bytes: int = 16 << 10,
         concurrency: int = 8,
         resample_seconds: float = 60.0,
     ) -> None:
@@ -250,6 +288,8 @@ class MessageCounter:
                 raise ValueError(f"{name} must be an int >= 0, not {value!r}")
         if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 64:
             raise ValueError(f"chunk_bytes must be an int >= 64, not {chunk_bytes!r}")
+        if isinstance(sample_bytes, bool) or not isinstance(sample_bytes, int) or sample_bytes < 64:
+            raise ValueError(f"sample_bytes must be an int >= 64, not {sample_bytes!r}")
         if not max_seconds >= 0:
             raise ValueError(f"max_seconds must be >= 0, not {max_seconds!r}")
         self.max_range_bytes = max_range_bytes
@@ -257,6 +297,7 @@ class MessageCounter:
         self.partition_bytes = partition_bytes
         self.max_seconds = max_seconds
         self.chunk_bytes = chunk_bytes
+        self.sample_bytes = min(sample_bytes, chunk_bytes)
         self.concurrency = max(concurrency, 1)
         self.resample_seconds = resample_seconds
         self._spans: dict[TopicPartition, _Span] = {}
@@ -303,13 +344,28 @@ class MessageCounter:
             self._prepare(tp, r)
             if self._need(tp, r) and tp.broker_id in addresses:
                 by_broker.setdefault(tp.broker_id, []).append(tp)
+        allowances = dict.fromkeys(ranges, self.partition_bytes)
         try:
-            await asyncio.gather(
-                *(
-                    self._read_broker(pool, addresses[b], tps, ranges, budget, stats)
-                    for b, tps in by_broker.items()
-                )
+            # First a sample of every partition with no mean message size yet, so that a
+            # budget spent before the last partitions leaves an estimate of each from its
+            # own messages (a topic's partitions may differ: compressed or not).
+            first = {
+                b: [tp for tp in tps if self._mean_of(tp) is None] for b, tps in by_broker.items()
+            }
+            passes = (
+                (first, self.sample_bytes, self.sample_bytes),
+                (by_broker, self.partition_bytes, self.chunk_bytes),
             )
+            for reading, cap, chunk in passes:
+                await asyncio.gather(
+                    *(
+                        self._read_broker(
+                            pool, addresses[b], tps, ranges, budget, stats, allowances, cap, chunk
+                        )
+                        for b, tps in reading.items()
+                        if tps
+                    )
+                )
         finally:
             stats.exhausted = budget.exhausted
             stats.seconds = time.perf_counter() - started
@@ -400,7 +456,13 @@ class MessageCounter:
         ranges: Mapping[TopicPartition, PartitionRange],
         budget: _Budget,
         stats: CountStats,
+        allowances: dict[TopicPartition, int],
+        cap: int,
+        chunk: int,
     ) -> None:
+        """Read ``tps`` (all on ``address``), least needed first, ``concurrency`` at a time,
+        in fetches of at most ``chunk`` bytes, each partition at most ``cap`` bytes and
+        what is left of its allowance for the refresh."""
         try:
             connection = await pool.connection(address)
         except KafkaError as exc:
@@ -413,7 +475,14 @@ class MessageCounter:
             async with turns:
                 if budget.exhausted:
                     return
-                await self._read_partition(connection, tp, ranges[tp], budget, stats)
+                given = min(allowances[tp], cap)
+                allowance = [given]
+                try:
+                    await self._read_partition(
+                        connection, tp, ranges[tp], budget, stats, allowance, chunk
+                    )
+                finally:
+                    allowances[tp] -= given - allowance[0]
 
         await asyncio.gather(*(one(tp) for tp in tps))
 
@@ -424,17 +493,24 @@ class MessageCounter:
         r: PartitionRange,
         budget: _Budget,
         stats: CountStats,
+        allowance: list[int],
+        chunk: int,
     ) -> None:
-        allowance = [self.partition_bytes]
+        """Count what ``allowance`` (a one-item list: bytes left, spent by the fetches)
+        allows of one partition, in fetches of at most ``chunk`` bytes (the module
+        docstring's steps)."""
         span = self._spans.get(tp)
         try:
             if span is None:  # far behind: learn the mean message size from one chunk
                 start = self._sample_at(tp, r)
                 if start is not None:
                     self._sampled[tp] = time.monotonic()
-                    size = min(self.chunk_bytes, r.log_end - start)
+                    size = min(chunk, r.log_end - start)
                     data = await self._fetch(connection, tp, start, size, budget, allowance, stats)
-                    counted = _count_whole(data)
+                    if len(data) >= _IN_THREAD:
+                        counted = await asyncio.to_thread(_count_whole, data)
+                    else:
+                        counted = _count_whole(data)
                     if counted.messages:
                         self._means[tp] = counted.valid_bytes / counted.messages
                 return
@@ -443,7 +519,7 @@ class MessageCounter:
                 if c < span.hi and span.count_at(c) is None:
                     mark, at = span.mark_before(c)
                     found = await self._advance(
-                        connection, tp, span, mark, [c], budget, allowance, stats, extend=False
+                        connection, tp, span, mark, [c], budget, allowance, stats, chunk, False
                     )
                     if c in found:  # else not a message boundary: estimated
                         span.add(c, at + found[c])
@@ -452,7 +528,7 @@ class MessageCounter:
             targets = [*(c for c in near if c > span.hi), r.log_end]  # step 3
             if r.log_end > span.hi:
                 await self._advance(
-                    connection, tp, span, span.hi, targets, budget, allowance, stats, extend=True
+                    connection, tp, span, span.hi, targets, budget, allowance, stats, chunk, True
                 )
         except OffsetOutOfRangeError:
             self._spans.pop(tp, None)  # segments deleted meanwhile: start again next time
@@ -477,11 +553,11 @@ class MessageCounter:
         budget: _Budget,
         allowance: list[int],
         stats: CountStats,
-        *,
+        chunk: int,
         extend: bool,
     ) -> dict[int, int]:
         """Count from ``start`` (a mark) through ``targets`` (sorted, past ``start``), one
-        FETCH of at most ``chunk_bytes`` at a time, each fetch's buffer cut at the targets
+        FETCH of at most ``chunk`` bytes at a time, each fetch's buffer cut at the targets
         it holds; with ``extend`` (``start`` is the span's end) each fetch's end and each
         target become marks. Returns the messages from ``start`` to each target that is a
         message boundary (a target a message crosses is left out). Raises
@@ -491,27 +567,20 @@ class MessageCounter:
         last = targets[-1]
         while pos < last:
             data = await self._fetch(
-                connection, tp, pos, min(self.chunk_bytes, last - pos), budget, allowance, stats
+                connection, tp, pos, min(chunk, last - pos), budget, allowance, stats
             )
-            view = memoryview(data)
-            done = 0  # bytes of ``data`` counted: a message boundary
-            for target in targets:
-                if not pos + done < target <= pos + len(data):
-                    continue
-                counted = _count_piece(view[done : target - pos])
-                if counted is None or counted.valid_bytes != target - pos - done:
-                    continue  # a message crosses the target: not a boundary
-                done = target - pos
-                total += counted.messages
-                found[target] = total
+            cuts = [t - pos for t in targets if pos < t <= pos + len(data)]
+            if len(data) >= _IN_THREAD:  # decompressing may take a while: off the loop
+                counted = await asyncio.to_thread(_count_cuts, data, cuts)
+            else:
+                counted = _count_cuts(data, cuts)
+            at_cuts, done, messages = counted
+            for cut, through in at_cuts:
+                found[pos + cut] = total + through
                 if extend:
-                    span.add(target, base + total)
-            # The rest, up to a partial tail (None: the tail starts where a target cut).
-            rest = _count_piece(view[done:]) if done < len(data) else None
-            if rest is not None:
-                done += rest.valid_bytes
-                total += rest.messages
+                    span.add(pos + cut, base + total + through)
             pos += done
+            total += messages
             if extend:
                 span.add(pos, base + total)
         return found
@@ -540,22 +609,25 @@ class MessageCounter:
             stats.fetches += 1
             data = response.message_set
             stats.bytes_read += len(data)
-            try:
-                counted = count_message_set(data)
-            except InvalidMessageSizeError as exc:
-                # The first message is larger than the fetch: fetch it whole, once.
-                needed = None if exc.available is None or exc.size is None else exc.size + 4
-                if needed is None or needed <= size or needed > _MAX_ENTRY:
-                    raise _Unreadable(str(exc)) from None
-                size = needed
-                continue
-            except ProtocolError as exc:
-                raise _Unreadable(str(exc)) from None
-            if not counted.valid_bytes:
+            if len(data) < 4:
                 raise _Unreadable(f"nothing to count at {offset} of {tp.topic} {tp.name}")
+            (entry,) = _I32.unpack_from(data, 0)
+            if entry > 0 and entry + 4 > len(data):
+                # The first message is larger than the fetch: fetch it whole, once.
+                if entry + 4 <= size or entry + 4 > _MAX_ENTRY:
+                    raise _Unreadable(f"a message of {entry} bytes at {offset}")
+                size = entry + 4
+                continue
             return data
 
     # -- results ---------------------------------------------------------------------
+
+    def _mean_of(self, tp: TopicPartition) -> float | None:
+        """The partition's own mean message size, if known (its span's, else the last
+        measured)."""
+        span = self._spans.get(tp)
+        mean = None if span is None else span.mean_size()
+        return self._means.get(tp) if mean is None else mean
 
     def _topic_means(self) -> dict[str, float]:
         sums: dict[str, list[float]] = {}

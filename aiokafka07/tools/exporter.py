@@ -119,16 +119,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a group partition further behind than this is estimated, not read (256 MiB)",
     )  # fmt: skip
     messages.add_argument(
-        "--messages-budget-bytes", type=non_negative_int, default=64 << 20, metavar="BYTES",
-        help="bytes read per refresh in all (64 MiB; 0: estimates only)",
+        "--messages-budget-bytes", type=non_negative_int, default=32 << 20, metavar="BYTES",
+        help="bytes read per refresh in all (32 MiB; 0: no reading)",
     )  # fmt: skip
     messages.add_argument(
-        "--messages-partition-bytes", type=non_negative_int, default=16 << 20, metavar="BYTES",
-        help="bytes read per refresh per partition (16 MiB)",
+        "--messages-partition-bytes", type=non_negative_int, default=8 << 20, metavar="BYTES",
+        help="bytes read per refresh per partition (8 MiB)",
     )  # fmt: skip
     messages.add_argument(
-        "--messages-max-ms", type=non_negative_int, default=2000, metavar="MS",
-        help="no read starts later than this into a refresh's counting (2000)",
+        "--messages-max-ms", type=non_negative_int, default=1000, metavar="MS",
+        help="no read starts later than this into a refresh's counting (1000)",
     )  # fmt: skip
     add_progress_option(parser)
     describe_exit_status(
