@@ -61,12 +61,13 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
 import dataclasses
 import logging
 import struct
 import time
-from collections.abc import Mapping, Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from ..connection import BrokerAddress, BrokerConnection
 from ..errors import InvalidMessageSizeError, KafkaError, OffsetOutOfRangeError, ProtocolError
@@ -85,6 +86,8 @@ __all__ = [
 
 log = logging.getLogger("aiokafka07.monitor")
 
+T = TypeVar("T")
+
 EXACT: Literal["exact"] = "exact"
 ESTIMATE: Literal["estimate"] = "estimate"
 
@@ -94,6 +97,17 @@ Method = Literal["exact", "estimate"]
 #: of gzip wrappers of small messages takes ~90 ms here, time the event loop (ZooKeeper's
 #: session, the other requests) must not lose.
 _IN_THREAD = 64 << 10
+
+#: The worker threads counting those sets: two (counting decompresses with the GIL held
+#: part of the time, more would not go faster), and not the loop's default executor, so
+#: that the exporter's formatting (which uses it) never queues behind a backlog's counting.
+_COUNTING = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="aiokafka07-count")
+
+
+async def _off_loop(work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)`` in a counting thread (see :data:`_COUNTING`)."""
+    return await asyncio.get_running_loop().run_in_executor(_COUNTING, work, *args)
+
 
 _I32 = struct.Struct(">i")
 
@@ -508,7 +522,7 @@ class MessageCounter:
                     size = min(chunk, r.log_end - start)
                     data = await self._fetch(connection, tp, start, size, budget, allowance, stats)
                     if len(data) >= _IN_THREAD:
-                        counted = await asyncio.to_thread(_count_whole, data)
+                        counted = await _off_loop(_count_whole, data)
                     else:
                         counted = _count_whole(data)
                     if counted.messages:
@@ -571,7 +585,7 @@ class MessageCounter:
             )
             cuts = [t - pos for t in targets if pos < t <= pos + len(data)]
             if len(data) >= _IN_THREAD:  # decompressing may take a while: off the loop
-                counted = await asyncio.to_thread(_count_cuts, data, cuts)
+                counted = await _off_loop(_count_cuts, data, cuts)
             else:
                 counted = _count_cuts(data, cuts)
             at_cuts, done, messages = counted
