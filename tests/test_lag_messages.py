@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.errors import InvalidMessageError
 from aiokafka07.monitor.cluster_state import ClusterMonitor
+from aiokafka07.monitor.collector import METRICS
 from aiokafka07.monitor.message_lag import EXACT, MessageCounter, MessageLag, PartitionRange
 from aiokafka07.pool import ConnectionPool
 from aiokafka07.protocol import LATEST, decode_message_set, encode_message_set
@@ -398,3 +400,13 @@ async def test_counter_estimates_each_partition_from_its_own_messages(
             assert lag is not None
             assert lag.method == "estimate"
             assert abs(lag.messages - 1000) <= 100, lags
+
+
+def test_every_metric_has_a_row_in_the_monitoring_page() -> None:
+    """The monitoring page's table names every series the collector yields (the two
+    message series included), so rules and dashboards can be written from it."""
+    page = (Path(__file__).resolve().parents[1] / "docs/operations/monitoring.md").read_text()
+    assert "kafka07_group_partition_lag_messages" in METRICS
+    assert "kafka07_group_lag_messages" in METRICS
+    missing = [name for name in METRICS if f"| `{name}` |" not in page]
+    assert missing == []
