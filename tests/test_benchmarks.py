@@ -281,3 +281,20 @@ def test_exporter_benchmark_reports_scrape_floor_ratio_and_pressure() -> None:
     assert 0 < pressure["max_age_over_interval"] < 3
     assert pressure["refresh_s"]["median"] > 0
     assert pressure["kept_scrape_s"]["median"] > 0
+
+
+def test_lag_messages_benchmark_reports_cold_and_steady_refreshes() -> None:
+    figures = run_json(
+        "bench_lag_messages.py", "--partitions", "3", "--topics", "2", "--backlog", "100",
+        "--append", "4", "--rounds", "2",
+    )  # fmt: skip
+    assert figures["broker_partitions"] == 12
+    cold = figures["cold"]
+    assert cold["bytes_read"] > 0
+    assert (cold["exact"], cold["estimated"], cold["unknown"]) == (24, 0, 0)
+    assert (cold["behind_total"], cold["behind_method"]) == (1200, "exact")
+    assert figures["written"] == 1200
+    for name in ("floor_s", "counting_s", "counting_over_floor", "steady_bytes_read"):
+        assert set(figures[name]) == {"median", "min", "max"}
+        assert figures[name]["median"] > 0
+    assert figures["steady_exact"] == 24

@@ -465,8 +465,10 @@ async def test_only_reads(kafka_cluster: Any, zookeeper: str) -> None:
 async def test_unknown_lag_is_never_zero(tmp_path: Path) -> None:
     """A SIGSTOPped broker's group partitions are unknown, not zero: ERR with the
     reason, counted in kafka07_group_partitions_unknown, left out of no sum (the group's
-    kafka07_group_lag_bytes is absent, /status says total_lag null, partial); the
-    other broker's partitions keep their lag; nothing is stale; SIGCONT: back."""
+    kafka07_group_lag_bytes and kafka07_group_lag_messages are absent, /status says
+    total_lag and total_lag_messages null, partial); their lag in messages is absent,
+    under either method; the other broker's partitions keep their lag; nothing is
+    stale; SIGCONT: back."""
     async with (
         own_zookeeper() as zk_server,
         broker_processes(tmp_path, zk_server.connect_string) as brokers,
@@ -477,9 +479,15 @@ async def test_unknown_lag_is_never_zero(tmp_path: Path) -> None:
             await registry.commit(TOPIC, f"{broker}-{partition}", 0)
         async with exporter(zk_server.connect_string, request_timeout_ms=1000.0) as (_, server):
             await eventually(lambda: _has_partitions(server, 4), 20)
-            whole = value(await scrape(server), "kafka07_group_lag_bytes", group="g")
+            before = await scrape(server)
+            whole = value(before, "kafka07_group_lag_bytes", group="g")
             assert whole is not None
             assert whole > 0
+            # 3 messages written to each partition, none consumed: counted.
+            assert value(before, "kafka07_group_lag_messages", group="g", topic=TOPIC) == 12
+            counted = by_labels(before, "kafka07_group_partition_lag_messages", group="g")
+            assert sorted(counted.values()) == [3] * 4
+            assert {dict(k)["method"] for k in counted} == {"exact"}
             process, _ = brokers[1]
             process.send_signal(signal.SIGSTOP)
             try:
@@ -488,6 +496,10 @@ async def test_unknown_lag_is_never_zero(tmp_path: Path) -> None:
                 )
                 samples = await scrape(server)
                 assert value(samples, "kafka07_group_lag_bytes", group="g") is None
+                assert value(samples, "kafka07_group_lag_messages", group="g", topic=TOPIC) is None
+                messages = by_labels(samples, "kafka07_group_partition_lag_messages", group="g")
+                assert sorted(dict(k)["broker"] for k in messages) == ["0", "0"]
+                assert set(messages.values()) == {3}
                 assert value(samples, "kafka07_group_status", group="g") == LagStatus.ERR
                 statuses = by_labels(samples, "kafka07_group_partition_status", group="g")
                 lags = by_labels(samples, "kafka07_group_partition_lag_bytes", group="g")
@@ -504,17 +516,22 @@ async def test_unknown_lag_is_never_zero(tmp_path: Path) -> None:
                 assert status == 200
                 assert document["stale"] is False
                 assert document["total_lag"] is None
+                assert document["total_lag_messages"] is None
+                assert document["total_lag_messages_method"] is None
                 assert document["partial"] is True
                 assert document["unknown_partitions"] == 2
                 for row in document["partitions"]:
                     if row["broker"] == 1:
                         assert row["status"] == "ERR"
                         assert row["lag"] is None
+                        assert row["lag_messages"] is None
+                        assert row["lag_messages_method"] is None
                         assert "broker 1 did not answer OFFSETS" in row["unknown"]
                         assert row["reason"].startswith("lag unknown: broker 1")
                     else:
                         assert row["unknown"] is None
                         assert row["lag"] > 0
+                        assert row["lag_messages"] == 3
                 everything = json.loads((await get(server, "/status"))[1])
                 assert [g["total_lag"] for g in everything["groups"]] == [None]
             finally:
@@ -522,7 +539,9 @@ async def test_unknown_lag_is_never_zero(tmp_path: Path) -> None:
             await eventually(
                 lambda: _equals(server, 0, "kafka07_group_partitions_unknown", group="g"), 20
             )
-            assert value(await scrape(server), "kafka07_group_lag_bytes", group="g") == whole
+            after = await scrape(server)
+            assert value(after, "kafka07_group_lag_bytes", group="g") == whole
+            assert value(after, "kafka07_group_lag_messages", group="g", topic=TOPIC) == 12
 
 
 async def test_fresh_under_scrapes_back_to_back(kafka_cluster: Any, zookeeper: str) -> None:

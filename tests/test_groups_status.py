@@ -182,14 +182,54 @@ async def test_an_unreadable_log_end_is_err_and_the_total_unknown(
         assert code == EXIT_ERR, report
         rows = {f"{p['broker_id']}-{p['partition']}": p for p in report["partitions"]}
         assert rows["0-0"]["lag"] > 0
+        assert (rows["0-0"]["lag_messages"], rows["0-0"]["lag_messages_method"]) == (5, "exact")
         assert rows["9-0"]["lag"] is None
+        assert rows["9-0"]["lag_messages"] is None  # unknown, never 0
         assert rows["9-0"]["status"] == "ERR"
         assert report["total_lag"] is None
+        assert report["total_lag_messages"] is None
         code, out, _ = await run_cli(
             "groups", "status", "--zookeeper", zookeeper, "--samples", "1",
         )  # fmt: skip
         line = next(x for x in out.decode().splitlines() if x.startswith("half-known"))
-        assert line.split()[1:3] == ["2", "unknown"], line
+        assert line.split()[1:4] == ["2", "unknown", "unknown"], line
+
+
+async def test_lag_in_messages_counts_compressed_messages(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """The lag in messages of the last sample is the messages written and not consumed,
+    a gzip or snappy wrapper counted as the messages in it; JSON and tables show it."""
+    async with kafka_cluster(1) as cluster, ZooKeeper(zookeeper) as zk:
+        await written(zookeeper, cluster, "mixed", 7)
+        consumed = await log_end(cluster, "mixed")
+        for codec in ("gzip", "snappy"):
+            async with Producer(zookeeper=zookeeper, compression=codec) as producer:
+                futures = [
+                    await producer.send("mixed", b"%s %d" % (codec.encode(), i)) for i in range(30)
+                ]
+                await asyncio.gather(*futures)
+        await written(zookeeper, cluster, "mixed", 5)
+        await GroupRegistry(zk, "mixed").commit("mixed", "0-0", consumed)
+        _, report = await status(zookeeper, "mixed", 1)  # OK, or STOP on a slow start
+        (partition,) = report["partitions"]
+        assert (partition["lag_messages"], partition["lag_messages_method"]) == (65, "exact")
+        assert partition["lag"] == await log_end(cluster, "mixed") - consumed
+        assert (report["total_lag_messages"], report["total_lag_messages_method"]) == (65, "exact")
+        _, out, _ = await run_cli(
+            "groups", "status", "mixed", "--zookeeper", zookeeper, "--samples", "1",
+        )  # fmt: skip
+        header, row = out.decode().splitlines()[:2]
+        assert header.split()[:7] == [
+            "TOPIC",
+            "PARTITION",
+            "COMMITTED",
+            "LOG",
+            "END",
+            "LAG",
+            "MESSAGES",
+        ]
+        assert row.split()[5] == "65", row
 
 
 async def test_the_first_ctrl_c_judges_what_was_sampled(

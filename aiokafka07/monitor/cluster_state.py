@@ -62,6 +62,7 @@ from ..znodes import (
     topic_path,
 )
 from ..zookeeper import ZooKeeper
+from .message_lag import ESTIMATE, EXACT, MessageCounter, MessageLag, Method, PartitionRange
 from .offsets import LogOffsets, probe_broker
 
 __all__ = [
@@ -123,6 +124,11 @@ class GroupPartitionState:
     committed_at_ms: int | None = None
     #: Why the lag cannot be known now (None: known, or no offset committed yet).
     unknown: str | None = None
+    #: Messages between the committed offset and the log end (None: unknown, or no
+    #: offset committed), and how they were had: ``"exact"`` (counted) or
+    #: ``"estimate"`` (:mod:`aiokafka07.monitor.message_lag`).
+    lag_messages: int | None = None
+    lag_messages_method: Method | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +152,32 @@ class GroupState:
         if self.unknown:
             return None
         return sum(p.lag or 0 for p in self.partitions)
+
+    def lag_messages(self, topic: str | None = None) -> MessageLag | None:
+        """The sum of the partitions' lags in messages (of ``topic``, or of every topic),
+        ``exact`` when every one is; None while any is unknown (its byte lag, or its
+        count and estimate), as :attr:`total_lag`. Partitions never committed add
+        nothing."""
+        total = 0
+        method: Method = EXACT
+        for p in self.partitions:
+            if topic is not None and p.tp.topic != topic:
+                continue
+            if p.unknown is not None:
+                return None
+            if p.committed is None:
+                continue
+            if p.lag_messages is None or p.lag_messages_method is None:
+                return None
+            total += p.lag_messages
+            if p.lag_messages_method != EXACT:
+                method = ESTIMATE
+        return MessageLag(total, method)
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics of the group's partitions, sorted."""
+        return sorted({p.tp.topic for p in self.partitions})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,6 +325,7 @@ class ClusterMonitor:
         connection_timeout_ms: float = 5000.0,
         request_timeout_ms: float = 5000.0,
         on_refresh: Callable[[ClusterState], None] | None = None,
+        message_counter: MessageCounter | None = None,
     ) -> None:
         for name, value in (
             ("interval_ms", interval_ms),
@@ -312,12 +345,15 @@ class ClusterMonitor:
         self.max_groups = max_groups
         self.max_partitions = max_partitions
         self.on_refresh = on_refresh
+        #: Counts the group partitions' lag in messages within its bounds, each refresh.
+        self.message_counter = MessageCounter() if message_counter is None else message_counter
         # Operations give up well within a refresh, so an outage is noticed at once.
         self.zookeeper = ZooKeeper(
             connect,
             connection_timeout_ms=connection_timeout_ms,
             operation_timeout_ms=min(refresh_timeout_ms, 2000.0),
         )
+        self._request_timeout = min(request_timeout_ms, refresh_timeout_ms) / 1000
         self.pool = ConnectionPool(
             connect_timeout_ms=min(connection_timeout_ms, refresh_timeout_ms),
             request_timeout_ms=min(request_timeout_ms, refresh_timeout_ms),
@@ -509,7 +545,11 @@ class ClusterMonitor:
         ]
         self._previous_ends = {tp: (o.end, now) for tp, o in offsets.items()}
         why = _Unknown(registered, unreadable, left_out)
-        group_states = [self._group_state(g, m, c, w, offsets, why) for g, m, c, w in groups]
+        answering = {b: a for b, a in registered.items() if b not in unreadable}
+        messages = await self._count_messages(answering, groups, offsets)
+        group_states = [
+            self._group_state(g, m, c, w, offsets, why, messages) for g, m, c, w in groups
+        ]
         if limits.cut:
             self.errors["limit"] += 1
             log.warning("listed %d broker-partitions, left %d out", self.max_partitions, limits.cut)
@@ -531,6 +571,35 @@ class ClusterMonitor:
             except Exception:
                 log.exception("on_refresh failed")
         return state
+
+    async def _count_messages(
+        self,
+        registered: Mapping[int, BrokerAddress],
+        groups: list[
+            tuple[str, frozenset[str], dict[TopicPartition, _Commit], dict[TopicPartition, str]]
+        ],
+        offsets: Mapping[TopicPartition, LogOffsets],
+    ) -> dict[tuple[TopicPartition, int], MessageLag | None]:
+        """Every committed offset's lag in messages (:attr:`message_counter`): the
+        counting reads the brokers that answered OFFSETS, within its bounds, and is cut
+        off after its ``max_seconds`` plus one request timeout, at most half the refresh
+        timeout (what it counted by then is kept and used)."""
+        committed: dict[TopicPartition, set[int]] = {}
+        for _, _, commits, _ in groups:
+            for tp, commit in commits.items():
+                if commit.offset is not None and tp in offsets:
+                    committed.setdefault(tp, set()).add(commit.offset)
+        ranges = {
+            tp: PartitionRange(offsets[tp].start, offsets[tp].end, frozenset(found))
+            for tp, found in committed.items()
+        }
+        counter = self.message_counter
+        limit = min(counter.max_seconds + self._request_timeout, self.refresh_timeout_ms / 2000)
+        try:
+            await wait_for(counter.read(self.pool, registered, ranges), limit)
+        except asyncio.TimeoutError:
+            log.debug("counting messages took over %.1f s: cut off", limit)
+        return counter.lags(ranges)
 
     def _rate(self, tp: TopicPartition, end: int, now: float) -> float | None:
         previous = self._previous_ends.get(tp)
@@ -631,6 +700,7 @@ class ClusterMonitor:
         owners: Mapping[TopicPartition, str],
         offsets: Mapping[TopicPartition, LogOffsets],
         why: _Unknown,
+        messages: Mapping[tuple[TopicPartition, int], MessageLag | None],
     ) -> GroupState:
         previous = self._members.get(group)
         if previous is not None and previous != members:
@@ -650,8 +720,10 @@ class ClusterMonitor:
                 unmoved = max(wall - seen[1], 0.0)
             lag = None
             unknown = None
+            counted = None
             if offset is not None and log_offsets is not None:
                 lag = log_offsets.end - offset
+                counted = messages.get((tp, offset))
             elif bad:
                 unknown = (
                     f"its offset znode holds no offset ({offset_path(group, tp.topic, tp.name)})"
@@ -669,6 +741,8 @@ class ClusterMonitor:
                     unmoved,
                     at_ms,
                     unknown,
+                    None if counted is None else counted.messages,
+                    None if counted is None else counted.method,
                 )
             )
         return GroupState(group, len(members), self._rebalances.get(group, 0), tuple(rows))

@@ -57,6 +57,10 @@ METRICS: dict[str, str] = {
     "kafka07_group_lag_bytes": (
         "Sum of the group's partition lags (bytes); absent while any partition's is unknown"
     ),
+    "kafka07_group_lag_messages": (
+        "Sum of the group's partition lags in messages, per topic; absent while any of "
+        "them is unknown"
+    ),
     "kafka07_group_partitions_unknown": (
         "Partitions of the group whose lag cannot be known now (broker not answering, "
         "offset unreadable): ERR, and left out of no sum"
@@ -70,6 +74,11 @@ METRICS: dict[str, str] = {
     "kafka07_group_partition_committed_offset": "Offset the group committed (bytes)",
     "kafka07_group_partition_owner_info": "The consumer thread owning the partition",
     "kafka07_group_partition_lag_bytes": "Log end minus committed offset (bytes)",
+    "kafka07_group_partition_lag_messages": (
+        "Messages between the committed offset and the log end, wrappers' inner ones "
+        'included: method="exact" (counted) or "estimate" (recent mean message size); '
+        "absent when unknown"
+    ),
     "kafka07_group_partition_offset_unmoved_seconds": (
         "Seconds since the committed offset last changed, as of the last refresh (from the "
         "znode's write time when the exporter first saw it)"
@@ -157,6 +166,8 @@ class StateCollector(Collector):
             labels=_GROUP_PARTITION,
         )
         lag = _gauge("kafka07_group_partition_lag_bytes", _GROUP_PARTITION)
+        lag_messages = _gauge("kafka07_group_partition_lag_messages", [*_GROUP_PARTITION, "method"])
+        topic_messages = _gauge("kafka07_group_lag_messages", ["group", "topic"])
         unmoved = _gauge("kafka07_group_partition_offset_unmoved_seconds", _GROUP_PARTITION)
         status = _gauge("kafka07_group_status", ["group"])
         partition_status = _gauge("kafka07_group_partition_status", _GROUP_PARTITION)
@@ -169,6 +180,10 @@ class StateCollector(Collector):
             group_lag = g.total_lag
             if group_lag is not None:  # unknown is never summed as zero
                 total.add_metric([g.group], group_lag)
+            for topic in g.topics:
+                summed = g.lag_messages(topic)
+                if summed is not None:  # unknown is never summed as zero
+                    topic_messages.add_metric([g.group, topic], summed.messages)
             for p in g.partitions:
                 labels = [g.group, p.tp.topic, str(p.tp.broker_id), str(p.tp.partition)]
                 if p.committed is not None:
@@ -177,12 +192,15 @@ class StateCollector(Collector):
                     owner.add_metric(labels, {"owner": p.owner})
                 if p.lag is not None:
                     lag.add_metric(labels, p.lag)
+                if p.lag_messages is not None and p.lag_messages_method is not None:
+                    lag_messages.add_metric([*labels, p.lag_messages_method], p.lag_messages)
                 if p.unmoved_seconds is not None:
                     unmoved.add_metric(labels, p.unmoved_seconds)
                 verdict = verdicts.get(p.tp)
                 if verdict is not None:
                     partition_status.add_metric(labels, int(verdict.status))
-        yield from (members, rebalances, total, unknown, status, committed, owner, lag, unmoved)
+        yield from (members, rebalances, total, topic_messages, unknown, status, committed, owner)
+        yield from (lag, lag_messages, unmoved)
         yield partition_status
 
 

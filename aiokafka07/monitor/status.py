@@ -79,10 +79,12 @@ class LagTracker:
         now_ms: int | None = None,
         verdicts: Mapping[TopicPartition, PartitionLag] | None = None,
     ) -> dict[str, Any]:
-        """One group's status as JSON: the worst status, total lag (null while any
-        partition's is unknown: ``partial``), and each partition."""
+        """One group's status as JSON: the worst status, total lag in bytes and in
+        messages (null while any partition's is unknown: ``partial``; the messages'
+        method ``exact`` only when every partition's count is), and each partition."""
         if verdicts is None:  # else judged already (the exporter's server: once per refresh)
             verdicts = self.evaluate(group, now_ms)
+        messages = group.lag_messages()
         partitions = []
         for p in group.partitions:
             verdict = verdicts[p.tp]
@@ -95,6 +97,8 @@ class LagTracker:
                     "committed": p.committed,
                     "log_end": p.log_end,
                     "lag": p.lag,
+                    "lag_messages": p.lag_messages,
+                    "lag_messages_method": p.lag_messages_method,
                     "owner": p.owner,
                     "reason": verdict.reason,
                     "unknown": p.unknown,
@@ -105,6 +109,8 @@ class LagTracker:
             "status": worst(v.status for v in verdicts.values()).name,
             "members": group.members,
             "total_lag": group.total_lag,
+            "total_lag_messages": None if messages is None else messages.messages,
+            "total_lag_messages_method": None if messages is None else messages.method,
             "partial": group.unknown > 0,
             "unknown_partitions": group.unknown,
             "partitions": partitions,

@@ -110,6 +110,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="least time without a commit, with lag, that is STOP (20000)",
     )
+    messages = parser.add_argument_group(
+        "lag in messages",
+        "each refresh counts the messages between committed offsets and log ends by "
+        "reading them, within these bounds; beyond them the count is estimated "
+        '(method="estimate")',
+    )
+    messages.add_argument(
+        "--messages-range-bytes", type=non_negative_int, default=256 << 20, metavar="BYTES",
+        help="a group partition further behind than this is estimated, not read (256 MiB)",
+    )  # fmt: skip
+    messages.add_argument(
+        "--messages-budget-bytes", type=non_negative_int, default=32 << 20, metavar="BYTES",
+        help="bytes read per refresh in all (32 MiB; 0: no reading)",
+    )  # fmt: skip
+    messages.add_argument(
+        "--messages-partition-bytes", type=non_negative_int, default=8 << 20, metavar="BYTES",
+        help="bytes read per refresh per partition (8 MiB)",
+    )  # fmt: skip
+    messages.add_argument(
+        "--messages-max-ms", type=non_negative_int, default=1000, metavar="MS",
+        help="no read starts later than this into a refresh's counting (1000)",
+    )  # fmt: skip
     add_progress_option(parser)
     describe_exit_status(
         parser,
@@ -127,6 +149,7 @@ async def run(args: argparse.Namespace) -> int:
         raise UsageError("--window needs at least 2 commits")
     try:
         from ..monitor.cluster_state import ClusterMonitor
+        from ..monitor.message_lag import MessageCounter
         from ..monitor.server import ExporterServer
         from ..monitor.status import LagTracker
     except ImportError as exc:
@@ -143,6 +166,12 @@ async def run(args: argparse.Namespace) -> int:
         max_partitions=args.max_partitions,
         connection_timeout_ms=args.zk_timeout_ms,
         on_refresh=tracker.observe,
+        message_counter=MessageCounter(
+            max_range_bytes=args.messages_range_bytes,
+            refresh_bytes=args.messages_budget_bytes,
+            partition_bytes=args.messages_partition_bytes,
+            max_seconds=args.messages_max_ms / 1000,
+        ),
     )
     server = ExporterServer(monitor, tracker, host=args.host, port=args.port)
     began = time.monotonic()

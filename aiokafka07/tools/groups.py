@@ -11,7 +11,11 @@ so lag is in bytes. ``--json`` prints the same as one JSON document.
 (:mod:`aiokafka07.monitor.lag`): it samples the committed offsets (with the time their znode
 was last written, ZooKeeper's ``mtime``) and the log ends ``--samples`` times,
 ``--interval-ms`` apart, and prints each partition's status, and the group's (the worst);
-the exit status says the worst status found, for scripts.
+the exit status says the worst status found, for scripts. It also gives each partition's
+lag in messages (``lag_messages``), counted between the last sample's committed offset
+and log end, or estimated beyond the bound, with its method (``exact`` or ``estimate``;
+the table marks an estimate with ``~``), as the exporter does
+(:mod:`aiokafka07.monitor.message_lag`).
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from typing import Any
 from ..errors import ZooKeeperError
 from ..group import Subscription
 from ..monitor.lag import LagStatus, LagWindow, OffsetSample, PartitionLag, worst
+from ..monitor.message_lag import ESTIMATE, EXACT, MessageCounter, MessageLag, PartitionRange
 from ..monitor.offsets import partition_offset, probe_broker
 from ..pool import ConnectionPool
 from ..records import TopicPartition
+from ..timeouts import wait_for
 from ..znodes import GroupRegistry, read_topics
 from ..zookeeper import ZooKeeper
 from .common import (
@@ -292,7 +298,7 @@ def _print_description(description: dict[str, Any], as_json: bool) -> None:
 class _Watched:
     """One group partition being sampled: its lag window and what was last read."""
 
-    __slots__ = ("committed", "log_end", "registry", "tp", "window")
+    __slots__ = ("committed", "log_end", "log_start", "registry", "tp", "window")
 
     def __init__(self, registry: GroupRegistry, tp: TopicPartition, window: LagWindow) -> None:
         self.registry = registry
@@ -300,6 +306,7 @@ class _Watched:
         self.window = window
         self.committed: int | None = None
         self.log_end: int | None = None
+        self.log_start: int | None = None
 
     def verdict(self, now_ms: int) -> PartitionLag | None:
         """The window's verdict; ERR when the last sample could not read the log end
@@ -361,15 +368,21 @@ async def group_status(
                 taken += 1
         except asyncio.CancelledError:
             stop_acknowledged()  # Ctrl-C: judge what was sampled
+        messages = await _count_messages(zk, pool, everything)
     now_ms = int(time.time() * 1000)
     report = []
     for group, ws in watched.items():
         rows = []
         verdicts = []
+        counts: list[MessageLag | None] = []
         for w in ws:
             verdict = w.verdict(now_ms)
             if verdict is not None:
                 verdicts.append(verdict)
+            counted = None
+            if w.committed is not None and verdict is not None:
+                counted = messages.get((w.tp, w.committed))
+                counts.append(None if verdict.lag is None else counted)
             rows.append(
                 {
                     "topic": w.tp.topic,
@@ -378,6 +391,8 @@ async def group_status(
                     "committed": w.committed,
                     "log_end": w.log_end,
                     "lag": None if verdict is None else verdict.lag,
+                    "lag_messages": None if counted is None else counted.messages,
+                    "lag_messages_method": None if counted is None else counted.method,
                     "status": None if verdict is None else verdict.status.name,
                     "reason": "no committed offset" if verdict is None else verdict.reason,
                 }
@@ -394,10 +409,49 @@ async def group_status(
                 "total_lag": None
                 if any(v.lag is None for v in verdicts)
                 else sum(v.lag for v in verdicts if v.lag is not None and v.lag > 0),
+                **_total_messages(counts),
                 "partitions": rows,
             }
         )
     return {"samples": taken, "interval_ms": interval_ms, "groups": report}
+
+
+def _total_messages(counts: list[MessageLag | None]) -> dict[str, Any]:
+    """The group's total lag in messages and its method: null while any partition's is
+    unknown (never the sum of the rest), ``exact`` only when every one is."""
+    if any(c is None for c in counts):
+        return {"total_lag_messages": None, "total_lag_messages_method": None}
+    known = [c for c in counts if c is not None]
+    return {
+        "total_lag_messages": sum(c.messages for c in known),
+        "total_lag_messages_method": EXACT if all(c.method == EXACT for c in known) else ESTIMATE,
+    }
+
+
+async def _count_messages(
+    zk: ZooKeeper, pool: ConnectionPool, watched: list[_Watched]
+) -> dict[tuple[TopicPartition, int], MessageLag | None]:
+    """Each partition's lag in messages at the last sample, counted (or estimated) by a
+    :class:`MessageCounter` with the exporter's bounds. A Ctrl-C while counting keeps
+    what was counted."""
+    ranges: dict[TopicPartition, set[int]] = {}
+    bounds: dict[TopicPartition, tuple[int, int]] = {}
+    for w in watched:
+        if w.committed is not None and w.log_end is not None and w.log_start is not None:
+            ranges.setdefault(w.tp, set()).add(w.committed)
+            bounds[w.tp] = (w.log_start, w.log_end)
+    partitions = {
+        tp: PartitionRange(*bounds[tp], frozenset(committed)) for tp, committed in ranges.items()
+    }
+    counter = MessageCounter()
+    try:
+        brokers = await read_brokers(zk)
+        await wait_for(counter.read(pool, brokers, partitions), counter.max_seconds + 10)
+    except (asyncio.TimeoutError, ZooKeeperError):
+        pass  # what was counted is used; the rest is estimated or unknown
+    except asyncio.CancelledError:
+        stop_acknowledged()
+    return counter.lags(partitions)
 
 
 async def _sample(zk: ZooKeeper, pool: ConnectionPool, watched: list[_Watched]) -> None:
@@ -421,6 +475,7 @@ async def _sample(zk: ZooKeeper, pool: ConnectionPool, watched: list[_Watched]) 
     for w, commit in zip(watched, commits, strict=True):
         offsets = log.get(w.tp)
         w.log_end = None if offsets is None else offsets.end
+        w.log_start = None if offsets is None else offsets.start
         w.committed = None if commit is None else commit[0]
         if commit is None or offsets is None:
             continue
@@ -443,23 +498,49 @@ def _print_status(report: dict[str, Any], one_group: bool, as_json: bool) -> Non
                 g["group"],
                 len(g["partitions"]),
                 "unknown" if g["total_lag"] is None else g["total_lag"],
+                _messages(g["total_lag_messages"], g["total_lag_messages_method"]),
                 g["status"],
                 g["reason"],
             ]
             for g in groups
         ]
-        print(format_table(["GROUP", "PARTITIONS", "LAG", "STATUS", "REASON"], rows))
+        print(format_table(["GROUP", "PARTITIONS", "LAG", "MESSAGES", "STATUS", "REASON"], rows))
+        print(_MESSAGES_NOTE)
         print(f"\n{taken}, {report['interval_ms']} ms apart")
         return
     (group,) = groups
     if group["partitions"]:
-        rows = [_partition_row(p, p["status"], p["reason"]) for p in group["partitions"]]
-        headers = ["TOPIC", "PARTITION", "COMMITTED", "LOG END", "LAG", "STATUS", "REASON"]
+        rows = [
+            _partition_row(
+                p,
+                _messages(p["lag_messages"], p["lag_messages_method"], p["committed"] is None),
+                p["status"],
+                p["reason"],
+            )
+            for p in group["partitions"]
+        ]
+        headers = [
+            "TOPIC", "PARTITION", "COMMITTED", "LOG END", "LAG", "MESSAGES", "STATUS", "REASON",
+        ]  # fmt: skip
         print(format_table(headers, rows))
+        print(_MESSAGES_NOTE)
         print()
     else:
         print("no partitions: the group has no offsets, owners or subscribed topics\n")
     print(f"group {group['group']}: {group['status']} ({taken}, {report['interval_ms']} ms apart)")
+
+
+_MESSAGES_NOTE = "LAG in bytes; MESSAGES counted, ~ estimated (mean message size)"
+
+
+def _messages(count: int | None, method: str | None, none: bool = False) -> str:
+    """A lag in messages for a table: ``63``, ``~63`` (estimated), ``unknown``, or empty
+    (``none``: nothing committed, nothing to count)."""
+    if none:
+        return ""
+    if count is None:
+        return "unknown"
+    return f"~{count}" if method == ESTIMATE else str(count)
 
 
 def _partition_row(partition: dict[str, Any], *more: Any) -> list[Any]:
