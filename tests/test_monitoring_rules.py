@@ -109,6 +109,7 @@ def run(command: list[str], cwd: Path | None = None) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.slow  # runs promtool
 def test_rules_pass_promtool_check(promtool: str) -> None:
     """``promtool check rules``: valid YAML, valid PromQL, valid templates, every rule."""
     done = run([promtool, "check", "rules", str(RULES)])
@@ -116,6 +117,7 @@ def test_rules_pass_promtool_check(promtool: str) -> None:
     assert f"SUCCESS: {len(rules())} rules found" in done.stdout
 
 
+@pytest.mark.slow  # runs promtool
 def test_rules_unit_tests_pass_and_cover_every_rule(promtool: str) -> None:
     """``promtool test rules`` passes and has a case for every rule: a recording rule's
     series, and an alert firing (labels and annotations exact)."""
@@ -134,6 +136,7 @@ def test_rules_unit_tests_pass_and_cover_every_rule(promtool: str) -> None:
             assert firing, f"no case expects {rule['alert']} firing"
 
 
+@pytest.mark.slow  # runs promtool
 def test_rules_unit_tests_pin_every_for_duration(promtool: str, tmp_path: Path) -> None:
     """The unit tests check each alert's ``for:``: with any one alert's duration set to
     0s, or doubled, ``promtool test rules`` fails on that alert."""
@@ -230,6 +233,7 @@ def test_dashboard_structure() -> None:
         assert wanted in metric_names(exprs), f"no panel shows {wanted}"
 
 
+@pytest.mark.slow  # runs promtool
 def test_dashboard_queries_are_valid_promql(promtool: str, tmp_path: Path) -> None:
     """Every query of the dashboard, its variables replaced as Grafana would, is valid
     PromQL: promtool checks them as the expressions of recording rules."""
@@ -383,6 +387,7 @@ async def exporter_process(connect: str, log: Path, *options: str) -> AsyncItera
                 await process.wait()
 
 
+@pytest.mark.slow  # ZooKeeper, brokers, the exporter and Prometheus as processes
 async def test_prometheus_fires_stop_and_unknown_partitions_alerts(
     tmp_path: Path, pytestconfig: pytest.Config
 ) -> None:
