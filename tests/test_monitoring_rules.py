@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -272,10 +273,11 @@ async def test_every_metric_named_is_served_by_a_real_exporter(
 ) -> None:
     """Every ``kafka07_*`` name the rules and the dashboard use is one a real exporter
     serves, with samples (a cluster where each has some: a group with lag and an owner,
-    a second group beyond ``max_groups`` for an error count, a scrape before the one read);
-    each ``kafka_*`` name is
-    one the rules record; ``up`` is Prometheus' own. The message-lag series of item 3 are
-    left out only while the exporter does not name them (:data:`EXPECTED_FROM_ITEM_3`)."""
+    a second group beyond ``max_groups`` for an error count, a scrape before the one
+    read); each ``kafka_*`` name is one the rules record; ``up`` is Prometheus' own. The
+    message-lag series of item 3 are left out only while the exporter does not name them
+    (:data:`EXPECTED_FROM_ITEM_3`). (A name misspelt in a rule would leave its alert
+    silent forever; promtool cannot tell.)"""
     used = names_used()
     pending = EXPECTED_FROM_ITEM_3 - set(METRICS)
     assert set(used) >= EXPECTED_FROM_ITEM_3, "EXPECTED_FROM_ITEM_3 names something unused"
@@ -322,8 +324,6 @@ async def test_every_metric_named_is_served_by_a_real_exporter(
 
 
 async def scrape_text(url: str) -> str:
-    import aiohttp
-
     timeout = aiohttp.ClientTimeout(total=5)
     async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
         assert response.status == 200
