@@ -5,12 +5,6 @@ dashboard deploy/grafana/aiokafka07.json (its structure, its queries valid PromQ
 metric either of them names served by a real exporter, and a real Prometheus server
 scraping a real exporter that sees the STOP alert fire for a stopped group and the
 unknown-partitions alert for a SIGSTOPped broker.
-
-The rules and the dashboard also use the message lag (``kafka07_group_partition_lag_messages``,
-``kafka07_group_lag_messages``: issue 37, item 3), which the exporter does not serve yet:
-:data:`EXPECTED_FROM_ITEM_3` lists them, and the test that the names are served skips only
-those, and only while the exporter's :data:`~aiokafka07.monitor.collector.METRICS` does not
-name them (once it does, they are checked like the others).
 """
 
 from __future__ import annotations
@@ -58,12 +52,6 @@ from .prometheus_tools import (
     with_for_zero,
 )
 from .wire import eventually, sigstop
-
-#: Series the rules and the dashboard use that another item of issue 37 adds to the
-#: exporter (message lag, item 3); not served on this branch yet.
-EXPECTED_FROM_ITEM_3 = frozenset(
-    {"kafka07_group_partition_lag_messages", "kafka07_group_lag_messages"}
-)
 
 #: The alerts the rules file defines (the bridge's are missing: it has no metrics yet).
 ALERTS = {
@@ -274,13 +262,10 @@ async def test_every_metric_named_is_served_by_a_real_exporter(
     """Every ``kafka07_*`` name the rules and the dashboard use is one a real exporter
     serves, with samples (a cluster where each has some: a group with lag and an owner,
     a second group beyond ``max_groups`` for an error count, a scrape before the one
-    read); each ``kafka_*`` name is one the rules record; ``up`` is Prometheus' own. The
-    message-lag series of item 3 are left out only while the exporter does not name them
-    (:data:`EXPECTED_FROM_ITEM_3`). (A name misspelt in a rule would leave its alert
-    silent forever; promtool cannot tell.)"""
+    read); each ``kafka_*`` name is one the rules record; ``up`` is Prometheus' own.
+    (A name misspelt in a rule would leave its alert silent forever; promtool cannot
+    tell.)"""
     used = names_used()
-    pending = EXPECTED_FROM_ITEM_3 - set(METRICS)
-    assert set(used) >= EXPECTED_FROM_ITEM_3, "EXPECTED_FROM_ITEM_3 names something unused"
     async with (
         kafka_cluster(2, zookeeper=zookeeper, num_partitions=2),
         Producer(zookeeper=zookeeper) as producer,
@@ -314,7 +299,7 @@ async def test_every_metric_named_is_served_by_a_real_exporter(
     }
     records = {r["record"] for r in rules() if "record" in r}
     for name, where in sorted(used.items()):
-        if name == "up" or name in pending:
+        if name == "up":
             continue
         if name.startswith("kafka_"):
             assert name in records, f"{name} ({', '.join(sorted(where))}) is recorded by no rule"
