@@ -160,7 +160,7 @@ async def test_status_json_and_owner(kafka_cluster: Any, zookeeper: str) -> None
     document = json.loads(text)
     assert document["status"] == "ERR"
     assert document["stale"] is False
-    rows = {f"{p['broker']}-{p['partition']}": p for p in document["partitions"]}
+    rows = {f"{p['broker_id']}-{p['partition']}": p for p in document["partitions"]}
     assert rows["0-0"]["lag"] == 0
     assert rows["0-0"]["status"] == "OK"
     assert rows["0-0"]["owner"] == "g_host-1-0"
@@ -521,7 +521,7 @@ async def test_unknown_lag_is_never_zero(tmp_path: Path) -> None:
                 assert document["partial"] is True
                 assert document["unknown_partitions"] == 2
                 for row in document["partitions"]:
-                    if row["broker"] == 1:
+                    if row["broker_id"] == 1:
                         assert row["status"] == "ERR"
                         assert row["lag"] is None
                         assert row["lag_messages"] is None

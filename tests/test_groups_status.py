@@ -25,6 +25,8 @@ from .test_cli_common import run_cli, start_cli, stop_cli
 from .test_cli_produce_consume import registered
 
 INTERVAL_MS = 300  # the groups' auto-commit interval, and the sampling interval
+#: STOP after two intervals without a commit (the default, 20 s, is 0.7's two intervals).
+MIN_STOP_MS = 2 * INTERVAL_MS
 
 
 async def status(zookeeper: str, group: str, samples: int) -> tuple[int, dict[str, Any]]:
@@ -32,6 +34,7 @@ async def status(zookeeper: str, group: str, samples: int) -> tuple[int, dict[st
     code, out, err = await run_cli(
         "groups", "status", group, "--zookeeper", zookeeper, "--json",
         "--samples", str(samples), "--interval-ms", str(INTERVAL_MS),
+        "--min-stop-ms", str(MIN_STOP_MS),
     )  # fmt: skip
     assert code in (0, 3, 4, 5, 6), err
     (report,) = json.loads(out)["groups"]
@@ -253,3 +256,47 @@ async def test_the_first_ctrl_c_judges_what_was_sampled(
         document = json.loads(out)
         assert 1 <= document["samples"] < 1000
         assert document["groups"][0]["status"] == "OK"
+
+
+async def test_the_exporter_and_groups_status_give_one_document(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """One evaluator, one set of defaults, one shape: a group that read a third of a topic,
+    committed and left is STOP for both the exporter's /status/<group> and ``groups status
+    --json`` given the same ``--min-stop-ms``, in the same document (every key, status,
+    lag in bytes and in messages; only how long ago the commit was differs)."""
+    from aiokafka07.monitor.cluster_state import ClusterMonitor
+    from aiokafka07.monitor.server import ExporterServer
+    from aiokafka07.monitor.status import LagTracker
+
+    from .test_exporter import get
+
+    async with kafka_cluster(1) as cluster:
+        await written(zookeeper, cluster, "one-doc", 30)
+        async with Consumer("one-doc", group="one-doc", zookeeper=zookeeper) as consumer:
+            for _ in range(10):
+                await asyncio.wait_for(consumer.getone(), 30)
+            await consumer.commit()
+        tracker = LagTracker(min_stop_ms=MIN_STOP_MS)
+        monitor = ClusterMonitor(zookeeper, on_refresh=tracker.observe, interval_ms=200.0)
+        async with monitor, ExporterServer(monitor, tracker, port=0) as server:
+            for _ in range(100):
+                code, text = await get(server, "/status/one-doc")
+                exported = json.loads(text)
+                if code == 200 and exported["status"] == "STOP":
+                    break
+                await asyncio.sleep(0.1)
+            assert exported["status"] == "STOP", exported
+            code, sampled = await status(zookeeper, "one-doc", 2)
+        assert code == EXIT_STOP
+        assert exported.pop("stale") is False
+
+        def shown(document: dict[str, Any]) -> str:
+            """The document with how long ago the commit was left out."""
+            return re.sub(r"no commit for \d+ ms", "no commit for _ ms", json.dumps(document))
+
+        assert shown(exported) == shown(sampled)
+        (partition,) = sampled["partitions"]
+        assert partition["lag_messages"] == 20
+        assert partition["lag_messages_method"] == "exact"
+        assert set(partition) >= {"broker_id", "owner", "unknown"}

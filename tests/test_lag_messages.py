@@ -289,7 +289,7 @@ async def test_exporter_series_and_status(kafka_cluster: Any, zookeeper: str) ->
     assert lags == {exact(0): second, exact(1): 9}
     assert value(samples, "kafka07_group_lag_messages", group="g", topic=TOPIC) == second + 9
     assert value(samples, "kafka07_group_lag_messages", group="h", topic=TOPIC) == first + second
-    rows = {f"{p['broker']}-{p['partition']}": p for p in status["partitions"]}
+    rows = {f"{p['broker_id']}-{p['partition']}": p for p in status["partitions"]}
     assert rows["0-0"]["lag_messages"] == second
     assert rows["0-0"]["lag_messages_method"] == "exact"
     assert rows["0-0"]["lag"] == end0 - middle

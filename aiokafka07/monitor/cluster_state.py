@@ -148,10 +148,11 @@ class GroupState:
     @property
     def total_lag(self) -> int | None:
         """The sum of the partitions' lags; None while any is unknown (a sum of the others
-        would fall during an outage, and read as consumers catching up)."""
+        would fall during an outage, and read as consumers catching up). An offset past
+        the log end (ERR, a negative lag) adds nothing: it is not lag taken away."""
         if self.unknown:
             return None
-        return sum(p.lag or 0 for p in self.partitions)
+        return sum(max(p.lag, 0) for p in self.partitions if p.lag is not None)
 
     def lag_messages(self, topic: str | None = None) -> MessageLag | None:
         """The sum of the partitions' lags in messages (of ``topic``, or of every topic),

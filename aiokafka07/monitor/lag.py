@@ -61,7 +61,18 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["LagStatus", "LagWindow", "OffsetSample", "PartitionLag", "worst"]
+__all__ = [
+    "DEFAULT_COMMITS",
+    "DEFAULT_MIN_STOP_MS",
+    "LagStatus",
+    "LagWindow",
+    "OffsetSample",
+    "PartitionLag",
+    "worst",
+]
+
+#: Commits in a window, unless said otherwise (Burrow's default).
+DEFAULT_COMMITS = 10
 
 #: The smallest time without a commit that is STOP when lag > 0 (two of 0.7's default
 #: ``autocommit.interval.ms``).
@@ -121,7 +132,9 @@ class LagWindow:
 
     __slots__ = ("_commits", "_latest", "min_stop_ms")
 
-    def __init__(self, *, commits: int = 10, min_stop_ms: int = DEFAULT_MIN_STOP_MS) -> None:
+    def __init__(
+        self, *, commits: int = DEFAULT_COMMITS, min_stop_ms: int = DEFAULT_MIN_STOP_MS
+    ) -> None:
         if isinstance(commits, bool) or not isinstance(commits, int) or commits < 2:
             raise ValueError(f"a lag window needs at least 2 commits, not {commits!r}")
         if isinstance(min_stop_ms, bool) or not isinstance(min_stop_ms, int) or min_stop_ms < 0:

@@ -12,6 +12,13 @@ A partition whose lag cannot be known now (its broker does not answer, its offse
 holds no offset: :attr:`~aiokafka07.monitor.cluster_state.GroupPartitionState.unknown`)
 is ERR with that reason, never judged on what was seen before the outage, and its group's
 total lag is unknown (``null``), not the sum of the others.
+
+:func:`judge_partition` (one partition's verdict) and :func:`group_document` (a group's status as
+JSON) are the one evaluator and the one shape: the exporter (``/status``, the metrics)
+and ``aiokafka07 groups status`` both use them, with the same defaults
+(:data:`~aiokafka07.monitor.lag.DEFAULT_COMMITS`,
+:data:`~aiokafka07.monitor.lag.DEFAULT_MIN_STOP_MS`), so both say the same of the same
+commits at the same time.
 """
 
 from __future__ import annotations
@@ -21,10 +28,75 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..records import TopicPartition
-from .cluster_state import ClusterMonitor, ClusterState, GroupState
-from .lag import DEFAULT_MIN_STOP_MS, LagStatus, LagWindow, OffsetSample, PartitionLag, worst
+from .cluster_state import ClusterMonitor, ClusterState, GroupPartitionState, GroupState
+from .lag import (
+    DEFAULT_COMMITS,
+    DEFAULT_MIN_STOP_MS,
+    LagStatus,
+    LagWindow,
+    OffsetSample,
+    PartitionLag,
+    worst,
+)
 
-__all__ = ["LagTracker"]
+__all__ = ["LagTracker", "group_document", "judge_partition"]
+
+
+def judge_partition(p: GroupPartitionState, window: LagWindow | None, now_ms: int) -> PartitionLag:
+    """``p``'s verdict at ``now_ms``: ERR while its lag is unknown (never judged on what
+    was seen before), else its window's (:meth:`LagWindow.evaluate`); OK with the reason
+    when nothing was committed or its window has no sample yet."""
+    if p.unknown is not None:
+        return PartitionLag(LagStatus.ERR, None, f"lag unknown: {p.unknown}")
+    if window is not None and len(window):
+        return window.evaluate(now_ms)
+    if p.committed is None:
+        return PartitionLag(LagStatus.OK, None, "no committed offset")
+    return PartitionLag(LagStatus.OK, None, "log end not read yet")
+
+
+def group_document(
+    group: GroupState, verdicts: Mapping[TopicPartition, PartitionLag]
+) -> dict[str, Any]:
+    """One group's status as JSON, the same from ``/status`` and ``groups status
+    --json``: the worst status and the first reason for it, live members, total lag in
+    bytes and in messages (null while any partition's is unknown: ``partial``; the
+    messages' method ``exact`` only when every partition's count is), and each
+    partition with its verdict."""
+    messages = group.lag_messages()
+    partitions = []
+    for p in group.partitions:
+        verdict = verdicts[p.tp]
+        partitions.append(
+            {
+                "topic": p.tp.topic,
+                "broker_id": p.tp.broker_id,
+                "partition": p.tp.partition,
+                "status": verdict.status.name,
+                "committed": p.committed,
+                "log_end": p.log_end,
+                "lag": p.lag,
+                "lag_messages": p.lag_messages,
+                "lag_messages_method": p.lag_messages_method,
+                "owner": p.owner,
+                "reason": verdict.reason,
+                "unknown": p.unknown,
+            }
+        )
+    status = worst(v.status for v in verdicts.values())
+    reasons = [v.reason for v in verdicts.values() if v.status is status]
+    return {
+        "group": group.group,
+        "status": status.name,
+        "reason": reasons[0] if reasons and status is not LagStatus.OK else "",
+        "members": group.members,
+        "total_lag": group.total_lag,
+        "total_lag_messages": None if messages is None else messages.messages,
+        "total_lag_messages_method": None if messages is None else messages.method,
+        "partial": group.unknown > 0,
+        "unknown_partitions": group.unknown,
+        "partitions": partitions,
+    }
 
 
 class LagTracker:
@@ -32,7 +104,9 @@ class LagTracker:
     :mod:`aiokafka07.monitor.lag` for the rules; ``min_stop_ms`` is its minimum STOP
     time)."""
 
-    def __init__(self, *, commits: int = 10, min_stop_ms: int = DEFAULT_MIN_STOP_MS) -> None:
+    def __init__(
+        self, *, commits: int = DEFAULT_COMMITS, min_stop_ms: int = DEFAULT_MIN_STOP_MS
+    ) -> None:
         LagWindow(commits=commits, min_stop_ms=min_stop_ms)  # checks both now
         self.commits = commits
         self.min_stop_ms = min_stop_ms
@@ -60,18 +134,10 @@ class LagTracker:
     ) -> dict[TopicPartition, PartitionLag]:
         """The verdict on each of ``group``'s partitions at ``now_ms`` (default: now)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        verdicts = {}
-        for p in group.partitions:
-            window = self._windows.get((group.group, p.tp))
-            if p.unknown is not None:
-                verdicts[p.tp] = PartitionLag(LagStatus.ERR, None, f"lag unknown: {p.unknown}")
-            elif window is not None:
-                verdicts[p.tp] = window.evaluate(now)
-            elif p.committed is None:
-                verdicts[p.tp] = PartitionLag(LagStatus.OK, None, "no committed offset")
-            else:
-                verdicts[p.tp] = PartitionLag(LagStatus.OK, None, "log end not read yet")
-        return verdicts
+        return {
+            p.tp: judge_partition(p, self._windows.get((group.group, p.tp)), now)
+            for p in group.partitions
+        }
 
     def group_document(
         self,
@@ -79,42 +145,11 @@ class LagTracker:
         now_ms: int | None = None,
         verdicts: Mapping[TopicPartition, PartitionLag] | None = None,
     ) -> dict[str, Any]:
-        """One group's status as JSON: the worst status, total lag in bytes and in
-        messages (null while any partition's is unknown: ``partial``; the messages'
-        method ``exact`` only when every partition's count is), and each partition."""
-        if verdicts is None:  # else judged already (the exporter's server: once per refresh)
+        """:func:`group_document` of ``group``, judged at ``now_ms`` (default: now)
+        unless ``verdicts`` are given (the exporter's server judges once per refresh)."""
+        if verdicts is None:
             verdicts = self.evaluate(group, now_ms)
-        messages = group.lag_messages()
-        partitions = []
-        for p in group.partitions:
-            verdict = verdicts[p.tp]
-            partitions.append(
-                {
-                    "topic": p.tp.topic,
-                    "broker": p.tp.broker_id,
-                    "partition": p.tp.partition,
-                    "status": verdict.status.name,
-                    "committed": p.committed,
-                    "log_end": p.log_end,
-                    "lag": p.lag,
-                    "lag_messages": p.lag_messages,
-                    "lag_messages_method": p.lag_messages_method,
-                    "owner": p.owner,
-                    "reason": verdict.reason,
-                    "unknown": p.unknown,
-                }
-            )
-        return {
-            "group": group.group,
-            "status": worst(v.status for v in verdicts.values()).name,
-            "members": group.members,
-            "total_lag": group.total_lag,
-            "total_lag_messages": None if messages is None else messages.messages,
-            "total_lag_messages_method": None if messages is None else messages.method,
-            "partial": group.unknown > 0,
-            "unknown_partitions": group.unknown,
-            "partitions": partitions,
-        }
+        return group_document(group, verdicts)
 
     def status(self, monitor: ClusterMonitor) -> dict[str, Any]:
         """Every group's document, with whether the state is stale and how old it is."""

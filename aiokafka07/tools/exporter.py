@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .._install import install_hint
 from ..errors import ZooKeeperError
+from ..monitor.lag import DEFAULT_COMMITS, DEFAULT_MIN_STOP_MS
 from ..supervisor import CrashPolicy, Supervisor
 from .common import (
     SECOND_CTRL_C,
@@ -99,16 +100,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     lag.add_argument(
         "--window",
         type=positive_int,
-        default=10,
+        default=DEFAULT_COMMITS,
         metavar="COMMITS",
-        help="commits in each partition's sliding window (10; at least 2)",
+        help=f"commits in each partition's sliding window ({DEFAULT_COMMITS}; at least 2)",
     )
     lag.add_argument(
         "--min-stop-ms",
-        type=positive_float,
-        default=20000.0,
+        type=positive_int,
+        default=DEFAULT_MIN_STOP_MS,
         metavar="MS",
-        help="least time without a commit, with lag, that is STOP (20000)",
+        help=f"least time without a commit, with lag, that is STOP ({DEFAULT_MIN_STOP_MS})",
     )
     messages = parser.add_argument_group(
         "lag in messages",

@@ -25,13 +25,23 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ZooKeeperError
 from ..group import Subscription
-from ..monitor.lag import LagStatus, LagWindow, OffsetSample, PartitionLag, worst
-from ..monitor.message_lag import ESTIMATE, EXACT, MessageCounter, MessageLag, PartitionRange
+from ..monitor.cluster_state import GroupPartitionState, GroupState
+from ..monitor.lag import (
+    DEFAULT_COMMITS,
+    DEFAULT_MIN_STOP_MS,
+    LagStatus,
+    LagWindow,
+    OffsetSample,
+    worst,
+)
+from ..monitor.message_lag import ESTIMATE, MessageCounter, MessageLag, PartitionRange
 from ..monitor.offsets import partition_offset, probe_broker
+from ..monitor.status import group_document, judge_partition
 from ..pool import ConnectionPool
 from ..records import TopicPartition
 from ..timeouts import wait_for
@@ -91,13 +101,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     status = parser.add_argument_group("status")
     status.add_argument(
-        "--samples", type=positive_int, default=10, metavar="N",
-        help="samples to take; also the lag window, in commits (default: 10)",
+        "--samples", type=positive_int, default=DEFAULT_COMMITS, metavar="N",
+        help=f"samples to take; also the lag window, in commits (default: {DEFAULT_COMMITS}, "
+        "the exporter's --window)",
     )  # fmt: skip
     status.add_argument(
         "--interval-ms", type=positive_int, default=DEFAULT_INTERVAL_MS, metavar="MS",
         help="time between samples; set it to the group's autocommit.interval.ms "
         f"(default: {DEFAULT_INTERVAL_MS}, 0.7's)",
+    )  # fmt: skip
+    status.add_argument(
+        "--min-stop-ms", type=positive_int, default=DEFAULT_MIN_STOP_MS, metavar="MS",
+        help="least time without a commit, with lag, that is STOP "
+        f"(default: {DEFAULT_MIN_STOP_MS}, the exporter's)",
     )  # fmt: skip
     add_progress_option(status)
     describe_exit_status(
@@ -130,6 +146,7 @@ async def run(args: argparse.Namespace) -> int:
                 args.topic,
                 samples=args.samples,
                 interval_ms=args.interval_ms,
+                min_stop_ms=args.min_stop_ms,
                 progress=sys.stderr.isatty() if args.progress is None else args.progress,
             )
             _print_status(report, args.group is not None, args.json)
@@ -308,19 +325,34 @@ class _Watched:
         self.log_end: int | None = None
         self.log_start: int | None = None
 
-    def verdict(self, now_ms: int) -> PartitionLag | None:
-        """The window's verdict; ERR when the last sample could not read the log end
-        (unknown is never judged on older samples, nor counted as 0); None (not judged)
-        when the group never committed an offset for it."""
-        if self.committed is None:
-            return None
-        if self.log_end is None or not len(self.window):
-            return PartitionLag(
-                LagStatus.ERR,
-                None,
-                f"log end unknown (broker {self.tp.broker_id} not registered or not reachable)",
+    def state(
+        self,
+        owner: str | None,
+        counts: Mapping[tuple[TopicPartition, int], MessageLag | None],
+    ) -> GroupPartitionState:
+        """What the last sample read, as the exporter holds a group partition (with its
+        lag in messages from ``counts``): unknown (never judged on older samples, nor
+        counted as 0) when an offset is committed and the log end could not be read."""
+        lag = counted = unknown = None
+        if self.committed is not None and self.log_end is not None:
+            lag = self.log_end - self.committed
+            counted = counts.get((self.tp, self.committed))
+        elif self.committed is not None:
+            unknown = (
+                f"log end unknown (broker {self.tp.broker_id} not registered or not reachable)"
             )
-        return self.window.evaluate(now_ms)
+        return GroupPartitionState(
+            tp=self.tp,
+            committed=self.committed,
+            owner=owner,
+            log_start=self.log_start,
+            log_end=self.log_end,
+            lag=lag,
+            unmoved_seconds=None,
+            unknown=unknown,
+            lag_messages=None if counted is None else counted.messages,
+            lag_messages_method=None if counted is None else counted.method,
+        )
 
 
 async def group_status(
@@ -331,11 +363,14 @@ async def group_status(
     samples: int,
     interval_ms: int,
     progress: bool,
+    min_stop_ms: int = DEFAULT_MIN_STOP_MS,
 ) -> dict[str, Any]:
     """Sample ``groups`` (None: every group) ``samples`` times, ``interval_ms`` apart, and
-    judge each group partition's lag with a :class:`LagWindow` of ``samples`` commits (at
-    least 2) that calls two intervals without a commit the least STOP. A first Ctrl-C
-    stops the sampling: what was sampled so far is judged."""
+    judge each group partition's lag as the exporter does
+    (:func:`~aiokafka07.monitor.status.judge_partition`, a :class:`LagWindow` of
+    ``samples`` commits, at least 2, and ``min_stop_ms``); each group's report is the
+    exporter's document (:func:`~aiokafka07.monitor.status.group_document`). A first
+    Ctrl-C stops the sampling: what was sampled so far is judged."""
     if groups is None:
         groups = await GroupRegistry.groups(zk)
     watched: dict[str, list[_Watched]] = {}
@@ -347,7 +382,7 @@ async def group_status(
             zk, registry, await registry.registrations(), only_topics
         )
         watched[group] = [
-            _Watched(registry, tp, LagWindow(commits=max(2, samples), min_stop_ms=2 * interval_ms))
+            _Watched(registry, tp, LagWindow(commits=max(2, samples), min_stop_ms=min_stop_ms))
             for tp in partitions
         ]
     everything = [w for ws in watched.values() for w in ws]
@@ -369,63 +404,21 @@ async def group_status(
         except asyncio.CancelledError:
             stop_acknowledged()  # Ctrl-C: judge what was sampled
         messages = await _count_messages(zk, pool, everything)
+        # Who owns what, and who is there, when the sampling ended.
+        owners = await asyncio.gather(
+            *(w.registry.owner(w.tp.topic, w.tp.name) for w in everything)
+        )
+        members = {g: len(await GroupRegistry(zk, g).member_ids()) for g in watched}
+    owner_of = {id(w): owner for w, owner in zip(everything, owners, strict=True)}
     now_ms = int(time.time() * 1000)
     report = []
     for group, ws in watched.items():
-        rows = []
-        verdicts = []
-        counts: list[MessageLag | None] = []
-        for w in ws:
-            verdict = w.verdict(now_ms)
-            if verdict is not None:
-                verdicts.append(verdict)
-            counted = None
-            if w.committed is not None and verdict is not None:
-                counted = messages.get((w.tp, w.committed))
-                counts.append(None if verdict.lag is None else counted)
-            rows.append(
-                {
-                    "topic": w.tp.topic,
-                    "broker_id": w.tp.broker_id,
-                    "partition": w.tp.partition,
-                    "committed": w.committed,
-                    "log_end": w.log_end,
-                    "lag": None if verdict is None else verdict.lag,
-                    "lag_messages": None if counted is None else counted.messages,
-                    "lag_messages_method": None if counted is None else counted.method,
-                    "status": None if verdict is None else verdict.status.name,
-                    "reason": "no committed offset" if verdict is None else verdict.reason,
-                }
-            )
-        status = worst(v.status for v in verdicts)
-        reasons = [v.reason for v in verdicts if v.status is status and status is not LagStatus.OK]
-        report.append(
-            {
-                "group": group,
-                "status": status.name,
-                "reason": reasons[0] if reasons else "",
-                # Unknown while any partition's is: a sum of the rest would read as
-                # consumers catching up.
-                "total_lag": None
-                if any(v.lag is None for v in verdicts)
-                else sum(v.lag for v in verdicts if v.lag is not None and v.lag > 0),
-                **_total_messages(counts),
-                "partitions": rows,
-            }
-        )
+        states = tuple(w.state(owner_of[id(w)], messages) for w in ws)
+        verdicts = {
+            p.tp: judge_partition(p, w.window, now_ms) for p, w in zip(states, ws, strict=True)
+        }
+        report.append(group_document(GroupState(group, members[group], 0, states), verdicts))
     return {"samples": taken, "interval_ms": interval_ms, "groups": report}
-
-
-def _total_messages(counts: list[MessageLag | None]) -> dict[str, Any]:
-    """The group's total lag in messages and its method: null while any partition's is
-    unknown (never the sum of the rest), ``exact`` only when every one is."""
-    if any(c is None for c in counts):
-        return {"total_lag_messages": None, "total_lag_messages_method": None}
-    known = [c for c in counts if c is not None]
-    return {
-        "total_lag_messages": sum(c.messages for c in known),
-        "total_lag_messages_method": EXACT if all(c.method == EXACT for c in known) else ESTIMATE,
-    }
 
 
 async def _count_messages(
