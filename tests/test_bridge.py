@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import random
 import re
@@ -476,8 +477,10 @@ async def test_tool_stops_after_the_transaction_on_ctrl_c(
                 process.kill()
                 await process.wait()
         assert process.returncode == 0, err
-        # The summary names the lag in total and per 0.7 broker-partition.
-        summary = err.decode().strip().splitlines()[-1]
+        # The summary names the lag in total and per 0.7 broker-partition, and (a first
+        # run) that recovery skipped nothing.
+        *_, summary, recovery = err.decode().strip().splitlines()
+        assert recovery == "recovery skipped nothing: no message was found already on the target"
         assert re.match(r"bridged \d+ messages .*, lag ([\d.]+ (B|KiB|MiB)|\?): ", summary), err
         assert re.search(r"clicks/[01]-[01] ", summary), summary
         copied = await asyncio.to_thread(read_target, bootstrap, topics)
@@ -708,3 +711,241 @@ def test_topics_and_filters_are_taken_as_the_group_consumer_takes_them() -> None
         Bridge(zk, target, ["bad/name"])
     with pytest.raises(InvalidConfigError, match="batch_size"):
         Bridge(zk, target, ["t"], batch_size=0)
+
+
+# -- the metrics endpoint (aiokafka07 bridge --metrics-port) ------------------------------
+
+
+def found_past_checkpoint(bootstrap: str, topics: list[str], name: str) -> int:
+    """What a recovery of bridge ``name`` finds, counted independently of the bridge:
+    the records of ``topics`` at or past the offsets its last checkpoint record names
+    (tests/bridge_process.py's first run writes no ``pending``), read by
+    confluent-kafka's consumer."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "checkpoint-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "log_level": 0,
+        }
+    )
+    last = None
+    try:
+        consumer.assign(
+            [confluent_kafka.TopicPartition(CHECKPOINTS, 0, confluent_kafka.OFFSET_BEGINNING)]
+        )
+        for message in until_partition_eof(consumer):
+            if message.key() == name.encode():
+                last = message.value()
+    finally:
+        consumer.close()
+    assert last is not None, "no checkpoint written"
+    doc = json.loads(last)
+    assert doc["pending"] == [], doc
+    ends = {(t, p): o for t, p, o in doc["targets"]}
+    copied = read_target(bootstrap, topics)
+    return sum(
+        offset >= ends.get((topic, partition), 0)
+        for topic, records in copied.items()
+        for partition, _, _, offset, _ in records
+    )
+
+
+def until_partition_eof(consumer: Any) -> Iterator[Any]:
+    """The records of the one partition ``consumer`` is assigned, up to its end."""
+    idle = 0
+    while True:
+        message = consumer.poll(1.0)
+        if message is None:
+            idle += 1
+            assert idle < 60, "no end of partition"
+            continue
+        if message.error() is not None:
+            assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF
+            return
+        yield message
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape(session: Any, url: str) -> Samples:
+    """``/metrics`` as {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with session.get(f"{url}/metrics", timeout=aiohttp_timeout()) as answer:
+        assert answer.status == 200
+        text = await answer.text()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def aiohttp_timeout() -> Any:
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=10)
+
+
+def lags(samples: Samples) -> dict[tuple[int, int], float]:
+    """``kafka07_bridge_lag_bytes`` by (broker, partition)."""
+    return {
+        (int(dict(labels)["broker"]), int(dict(labels)["partition"])): value
+        for (name, labels), value in samples.items()
+        if name == "kafka07_bridge_lag_bytes"
+    }
+
+
+async def test_metrics_endpoint_through_a_sigkill_a_restart_and_a_stopped_broker(
+    zookeeper: str, tmp_path: Path
+) -> None:
+    """``aiokafka07 bridge --metrics-port 0``, started after a bridge was SIGKILLed
+    mid-run, against 0.7 broker processes: what it copied and skipped per topic adds up
+    with what was there before it (skipped equal to what recovery finds past the last
+    checkpoint, counted independently), the lag of every broker-partition reaches 0,
+    transactions count up as more is produced, a SIGSTOPped broker's partitions lose
+    their lag samples (never 0) and are counted unknown, /health says it copies, and the
+    closing lines name what recovery skipped."""
+    import aiohttp
+
+    topics = ["metered"]
+    key = (("topic", "metered"),)
+    brokers: dict[int, tuple[asyncio.subprocess.Process, BrokerAddress]] = {}
+    try:
+        for broker_id in (0, 1):
+            brokers[broker_id] = await start_broker_process(
+                tmp_path / f"b{broker_id}", broker_id=broker_id, partitions=2, zookeeper=zookeeper
+            )
+        async with mock_target(topics) as bootstrap, aiohttp.ClientSession() as session:
+            sent = await produce(zookeeper, topics, 3000, keys=97)
+            # A first bridge, killed a few milliseconds into a transaction.
+            first = await start_bridge(zookeeper, bootstrap, topics)
+            try:
+                await copied_beyond(first, 1000, 120)
+                await asyncio.sleep(random.uniform(0, 0.01))
+            finally:
+                first.send_signal(signal.SIGKILL)
+                await first.wait()
+            before = len((await asyncio.to_thread(read_target, bootstrap, topics))["metered"])
+            found = await asyncio.to_thread(found_past_checkpoint, bootstrap, topics, "test")
+            print(f"{before} on the target after the kill, {found} past the checkpoint")
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "aiokafka07", "bridge", "--zookeeper", zookeeper,
+                "--bootstrap-servers", bootstrap, "--name", "test", "--key-separator", ":",
+                "--batch-size", "500", "--linger-ms", "20", "--lag-interval-ms", "100",
+                "--consumer-option", "check_crcs=false", "--metrics-port", "0", *topics,
+                stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            try:
+                assert process.stderr is not None
+                line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+                found_url = re.match(
+                    r"aiokafka07 bridge: serving (http://127\.0\.0\.1:\d+)/metrics", line
+                )
+                assert found_url, line
+                url = found_url.group(1)
+
+                async def caught_up() -> Samples | None:
+                    assert process.returncode is None
+                    samples = await scrape(session, url)
+                    copied = samples.get(("kafka07_bridge_messages_copied_total", key))
+                    skipped = samples.get(("kafka07_bridge_recovery_skipped_total", key))
+                    if copied is None or skipped is None or before + copied < 3000:
+                        return None
+                    if set(lags(samples).values()) != {0}:
+                        return None
+                    return samples
+
+                samples = await eventually(caught_up, timeout=120)
+                assert samples[("kafka07_bridge_messages_copied_total", key)] == 3000 - before
+                assert samples[("kafka07_bridge_recovery_skipped_total", key)] == found
+                assert sorted(lags(samples)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+                assert samples[("kafka07_bridge_topic_lag_bytes", key)] == 0
+                assert samples[("kafka07_bridge_partitions_unknown", key)] == 0
+                assert samples[("kafka07_bridge_copying", ())] == 1
+                assert samples[("kafka07_bridge_recoveries_total", ())] == 1
+                assert samples[("kafka07_bridge_transactions_aborted_total", ())] == 0
+                assert ("process_start_time_seconds", ()) in samples
+                committed = samples[("kafka07_bridge_transactions_committed_total", ())]
+                stamp = samples[("kafka07_bridge_last_commit_timestamp_seconds", ())]
+                assert committed >= 1
+                async with session.get(f"{url}/health", timeout=aiohttp_timeout()) as answer:
+                    assert answer.status == 200
+                    health = await answer.json()
+                assert health["phase"] == "copying", health
+                assert health["lag_bytes"] == 0, health
+                assert health["partitions_unknown"] == 0, health
+
+                # More produced: the transactions count up, the copied count by as many.
+                more = await produce(zookeeper, topics, 200, keys=97, start=3000)
+                sent["metered"] += more["metered"]
+
+                async def copied_more() -> Samples | None:
+                    samples = await scrape(session, url)
+                    copied = samples[("kafka07_bridge_messages_copied_total", key)]
+                    if copied < 3200 - before or set(lags(samples).values()) != {0}:
+                        return None
+                    return samples
+
+                samples = await eventually(copied_more, timeout=60)
+                assert samples[("kafka07_bridge_messages_copied_total", key)] == 3200 - before
+                assert samples[("kafka07_bridge_transactions_committed_total", ())] > committed
+                assert samples[("kafka07_bridge_last_commit_timestamp_seconds", ())] > stamp
+                assert samples[("kafka07_bridge_last_commit_age_seconds", ())] >= 0
+
+                # A SIGSTOPped 0.7 broker: its partitions' lag is unknown, not 0.
+                stopped = brokers[1][0]
+                stopped.send_signal(signal.SIGSTOP)
+                try:
+
+                    async def unknown() -> Samples | None:
+                        samples = await scrape(session, url)
+                        if samples[("kafka07_bridge_partitions_unknown", key)] != 2:
+                            return None
+                        return samples
+
+                    samples = await eventually(unknown, timeout=30)
+                    assert sorted(lags(samples)) == [(0, 0), (0, 1)]
+                    assert ("kafka07_bridge_topic_lag_bytes", key) not in samples
+                    async with session.get(f"{url}/health", timeout=aiohttp_timeout()) as answer:
+                        health = await answer.json()
+                    assert health["lag_bytes"] is None, health
+                    assert health["partitions_unknown"] == 2, health
+                finally:
+                    stopped.send_signal(signal.SIGCONT)
+
+                async def known_again() -> bool:
+                    samples = await scrape(session, url)
+                    return (
+                        samples[("kafka07_bridge_partitions_unknown", key)] == 0
+                        and len(lags(samples)) == 4
+                    )
+
+                await eventually(known_again, timeout=30)
+                process.send_signal(signal.SIGINT)
+                _, err = await asyncio.wait_for(process.communicate(), 60)
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+            assert process.returncode == 0, err
+            closing = err.decode().strip().splitlines()
+            assert closing[-2].startswith(f"bridged {3200 - before} messages"), closing
+            if found:
+                assert closing[-1] == (
+                    f"recovery skipped {found} message{'s' if found > 1 else ''} found already "
+                    f"on the target (metered {found})"
+                ), closing
+            else:
+                assert closing[-1] == (
+                    "recovery skipped nothing: no message was found already on the target"
+                ), closing
+            check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+    finally:
+        for process_, _ in brokers.values():
+            process_.send_signal(signal.SIGCONT)
+            await stop_broker_process(process_)
