@@ -13,7 +13,7 @@ partitions is unknown.
 Counters count this process (they restart at 0 with it, as every Prometheus counter
 does: ``rate()`` and ``increase()`` handle that). Restarts by systemd or a container
 runtime show as a new ``process_start_time_seconds`` (the standard process collector,
-which :class:`~aiokafka07.bridge.server.BridgeMetricsServer` adds);
+which ``aiokafka07.bridge.server.BridgeMetricsServer`` adds);
 ``kafka07_bridge_recoveries_total`` counts the recoveries this process completed (one
 per :meth:`Bridge.run <aiokafka07.bridge.Bridge.run>`: 1 for ``aiokafka07 bridge``).
 Needs the ``prometheus`` extra (``prometheus-client``); the bridge itself does not.

@@ -58,7 +58,8 @@ class TargetWriter:
         self.timeout = request_timeout_ms / 1000
         self._options = dict(options or {})
         self._producer: Any = None
-        #: Transactions aborted after a failed write (see :meth:`write`).
+        #: Transactions begun, and aborted after a failed write (see :meth:`write`).
+        self.begun = 0
         self.aborted = 0
 
     async def __aenter__(self) -> TargetWriter:
@@ -191,8 +192,14 @@ class TargetWriter:
         aiokafka = _aiokafka.load()
         try:
             await wait_for(producer.begin_transaction(), self.timeout)
+            self.begun += 1
             try:
                 ends = await wait_for(self._send(records), self.timeout)
+                log.debug(
+                    "transaction %d: %d records acknowledged; writing the checkpoint",
+                    self.begun,
+                    len(records),
+                )
                 merged = dict(checkpoint)
                 merged.update(ends)
                 sent = await producer.send(
