@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import random
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -476,8 +478,10 @@ async def test_tool_stops_after_the_transaction_on_ctrl_c(
                 process.kill()
                 await process.wait()
         assert process.returncode == 0, err
-        # The summary names the lag in total and per 0.7 broker-partition.
-        summary = err.decode().strip().splitlines()[-1]
+        # The summary names the lag in total and per 0.7 broker-partition, and (a first
+        # run) that recovery skipped nothing.
+        *_, summary, recovery = err.decode().strip().splitlines()
+        assert recovery == "recovery skipped nothing: no message was found already on the target"
         assert re.match(r"bridged \d+ messages .*, lag ([\d.]+ (B|KiB|MiB)|\?): ", summary), err
         assert re.search(r"clicks/[01]-[01] ", summary), summary
         copied = await asyncio.to_thread(read_target, bootstrap, topics)
@@ -708,3 +712,334 @@ def test_topics_and_filters_are_taken_as_the_group_consumer_takes_them() -> None
         Bridge(zk, target, ["bad/name"])
     with pytest.raises(InvalidConfigError, match="batch_size"):
         Bridge(zk, target, ["t"], batch_size=0)
+
+
+# -- the metrics endpoint (aiokafka07 bridge --metrics-port) ------------------------------
+
+
+def found_past_checkpoint(bootstrap: str, copied: Copied, name: str) -> int:
+    """What a recovery of bridge ``name`` finds, counted independently of the bridge:
+    the records ``copied`` (:func:`read_target`) at or past the offsets its last
+    checkpoint record names (tests/bridge_process.py's first run writes no
+    ``pending``), the checkpoint read by confluent-kafka's consumer."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "checkpoint-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "log_level": 0,
+        }
+    )
+    last = None
+    try:
+        consumer.assign(
+            [confluent_kafka.TopicPartition(CHECKPOINTS, 0, confluent_kafka.OFFSET_BEGINNING)]
+        )
+        for message in until_partition_eof(consumer):
+            if message.key() == name.encode():
+                last = message.value()
+    finally:
+        consumer.close()
+    assert last is not None, "no checkpoint written"
+    doc = json.loads(last)
+    assert doc["pending"] == [], doc
+    ends = {(t, p): o for t, p, o in doc["targets"]}
+    return sum(
+        offset >= ends.get((topic, partition), 0)
+        for topic, records in copied.items()
+        for partition, _, _, offset, _ in records
+    )
+
+
+def until_partition_eof(consumer: Any) -> Iterator[Any]:
+    """The records of the one partition ``consumer`` is assigned, up to its end."""
+    idle = 0
+    while True:
+        message = consumer.poll(1.0)
+        if message is None:
+            idle += 1
+            assert idle < 60, "no end of partition"
+            continue
+        if message.error() is not None:
+            assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF
+            return
+        yield message
+
+
+async def killed_in_a_transaction(
+    zookeeper: str, bootstrap: str, topics: list[str], transaction: int
+) -> tuple[int, int]:
+    """Run tests/bridge_process.py until the target acknowledged the records of its
+    ``transaction``-th transaction (its log says so before the checkpoint and the
+    commit), SIGKILL it at once; return the records then on the target and how many
+    of them lie past the last checkpoint (:func:`found_past_checkpoint`)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(BRIDGE), zookeeper, bootstrap, *topics,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    sign = f"transaction {transaction}: ".encode()
+    try:
+        assert process.stderr is not None
+        while True:
+            line = await asyncio.wait_for(process.stderr.readline(), 120)
+            assert line, f"bridge process ended (status {await process.wait()})"
+            if sign in line:
+                break
+    finally:
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    copied = await asyncio.to_thread(read_target, bootstrap, topics)
+    found = await asyncio.to_thread(found_past_checkpoint, bootstrap, copied, "test")
+    return sum(len(records) for records in copied.values()), found
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape(session: Any, url: str) -> Samples:
+    """``/metrics`` as {(sample name, sorted labels): value}, after 0.1 s (a scrape
+    every 0.1 s at most when polled: not to load the bridge, nor the machine)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    await asyncio.sleep(0.1)
+    async with session.get(f"{url}/metrics", timeout=aiohttp_timeout()) as answer:
+        assert answer.status == 200
+        text = await answer.text()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def aiohttp_timeout() -> Any:
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=10)
+
+
+def lags(samples: Samples) -> dict[tuple[int, int], float]:
+    """``kafka07_bridge_lag_bytes`` by (broker, partition)."""
+    return {
+        (int(dict(labels)["broker"]), int(dict(labels)["partition"])): value
+        for (name, labels), value in samples.items()
+        if name == "kafka07_bridge_lag_bytes"
+    }
+
+
+async def test_metrics_endpoint_through_a_sigkill_a_restart_and_a_stopped_broker(
+    zookeeper: str, tmp_path: Path
+) -> None:
+    """``aiokafka07 bridge --metrics-port 0``, started after a bridge was SIGKILLed
+    mid-run, against 0.7 broker processes: what it copied and skipped per topic adds up
+    with what was there before it (skipped equal to what recovery finds past the last
+    checkpoint, counted independently), the lag of every broker-partition reaches 0,
+    transactions count up as more is produced, a SIGSTOPped broker's partitions lose
+    their lag samples (never 0) and are counted unknown, /health says it copies, and the
+    closing lines name what recovery skipped."""
+    import aiohttp
+
+    topics = ["metered"]
+    first_count = 5000  # enough for 4 runs killed in their second transaction (of 500)
+    key = (("topic", "metered"),)
+    copied_key = ("kafka07_bridge_messages_copied_total", key)
+    brokers: dict[int, tuple[asyncio.subprocess.Process, BrokerAddress]] = {}
+    try:
+        for broker_id in (0, 1):
+            # Every message set flushed at once: readable (and copied) without waiting
+            # for the flush scheduler.
+            brokers[broker_id] = await start_broker_process(
+                tmp_path / f"b{broker_id}",
+                broker_id=broker_id,
+                partitions=2,
+                zookeeper=zookeeper,
+                settings={"log.flush.interval": "1"},
+            )
+        async with mock_target(topics) as bootstrap, aiohttp.ClientSession() as session:
+            sent = await produce(zookeeper, topics, first_count, keys=97)
+            # Bridges killed once the target acknowledged the records of their second
+            # transaction, before its commit (a race the kill may lose: then it is tried
+            # again, 4 times at most; with none found, the rest of the test still runs,
+            # for "nothing").
+            for attempt in range(4):
+                before, found = await killed_in_a_transaction(zookeeper, bootstrap, topics, 2)
+                print(f"kill {attempt}: {before} on the target, {found} past the checkpoint")
+                if found:
+                    break
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "aiokafka07", "bridge", "--zookeeper", zookeeper,
+                "--bootstrap-servers", bootstrap, "--name", "test", "--key-separator", ":",
+                "--batch-size", "500", "--linger-ms", "20", "--lag-interval-ms", "100",
+                "--consumer-option", "check_crcs=false", "--metrics-port", "0", *topics,
+                stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            try:
+                assert process.stderr is not None
+                line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+                found_url = re.match(
+                    r"aiokafka07 bridge: serving (http://127\.0\.0\.1:\d+)/metrics", line
+                )
+                assert found_url, line
+                url = found_url.group(1)
+
+                async def caught_up() -> Samples | None:
+                    assert process.returncode is None
+                    samples = await scrape(session, url)
+                    copied = samples.get(copied_key)
+                    skipped = samples.get(("kafka07_bridge_recovery_skipped_total", key))
+                    if copied is None or skipped is None or before + copied < first_count:
+                        return None
+                    if set(lags(samples).values()) != {0}:
+                        return None
+                    return samples
+
+                samples = await eventually(caught_up, timeout=120)
+                assert samples[copied_key] == first_count - before
+                assert samples[("kafka07_bridge_recovery_skipped_total", key)] == found
+                assert sorted(lags(samples)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+                assert samples[("kafka07_bridge_topic_lag_bytes", key)] == 0
+                assert samples[("kafka07_bridge_partitions_unknown", key)] == 0
+                assert samples[("kafka07_bridge_copying", ())] == 1
+                assert samples[("kafka07_bridge_recoveries_total", ())] == 1
+                assert samples[("kafka07_bridge_transactions_aborted_total", ())] == 0
+                assert ("process_start_time_seconds", ()) in samples
+                committed = samples[("kafka07_bridge_transactions_committed_total", ())]
+                stamp = samples[("kafka07_bridge_last_commit_timestamp_seconds", ())]
+                assert committed >= 1
+                async with session.get(f"{url}/health", timeout=aiohttp_timeout()) as answer:
+                    assert answer.status == 200
+                    health = await answer.json()
+                print(json.dumps(health, indent=2))
+                assert health["phase"] == "copying", health
+                assert health["lag_bytes"] == 0, health
+                assert health["partitions_unknown"] == 0, health
+
+                # More produced: the transactions count up, the copied count by as many.
+                more = await produce(zookeeper, topics, 200, keys=97, start=first_count)
+                sent["metered"] += more["metered"]
+
+                async def copied_more() -> Samples | None:
+                    samples = await scrape(session, url)
+                    copied = samples[copied_key]
+                    if copied < first_count + 200 - before or set(lags(samples).values()) != {0}:
+                        return None
+                    return samples
+
+                samples = await eventually(copied_more, timeout=60)
+                assert samples[copied_key] == first_count + 200 - before
+                assert samples[("kafka07_bridge_transactions_committed_total", ())] > committed
+                assert samples[("kafka07_bridge_last_commit_timestamp_seconds", ())] > stamp
+                assert samples[("kafka07_bridge_last_commit_age_seconds", ())] >= 0
+
+                # A SIGSTOPped 0.7 broker: its partitions' lag is unknown, not 0.
+                stopped = brokers[1][0]
+                stopped.send_signal(signal.SIGSTOP)
+                try:
+
+                    async def unknown() -> Samples | None:
+                        samples = await scrape(session, url)
+                        if samples[("kafka07_bridge_partitions_unknown", key)] != 2:
+                            return None
+                        return samples
+
+                    samples = await eventually(unknown, timeout=30)
+                    assert sorted(lags(samples)) == [(0, 0), (0, 1)]
+                    assert ("kafka07_bridge_topic_lag_bytes", key) not in samples
+                    async with session.get(f"{url}/health", timeout=aiohttp_timeout()) as answer:
+                        health = await answer.json()
+                    assert health["lag_bytes"] is None, health
+                    assert health["partitions_unknown"] == 2, health
+                finally:
+                    stopped.send_signal(signal.SIGCONT)
+
+                async def known_again() -> bool:
+                    samples = await scrape(session, url)
+                    return (
+                        samples[("kafka07_bridge_partitions_unknown", key)] == 0
+                        and len(lags(samples)) == 4
+                    )
+
+                await eventually(known_again, timeout=30)
+                process.send_signal(signal.SIGINT)
+                _, err = await asyncio.wait_for(process.communicate(), 60)
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+            assert process.returncode == 0, err
+            closing = err.decode().strip().splitlines()
+            print("\n".join([line, *closing[-2:]]))  # shown when the test fails
+            assert closing[-2].startswith(f"bridged {first_count + 200 - before} messages"), closing
+            if found:
+                assert closing[-1] == (
+                    f"recovery skipped {found} message{'s' if found > 1 else ''} found already "
+                    f"on the target (metered {found})"
+                ), closing
+            else:
+                assert closing[-1] == (
+                    "recovery skipped nothing: no message was found already on the target"
+                ), closing
+            check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
+    finally:
+        for process_, _ in brokers.values():
+            process_.send_signal(signal.SIGCONT)
+            await stop_broker_process(process_)
+
+
+async def test_a_failed_transaction_is_aborted_and_counted(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """A write that fails (a record over the producer's max_request_size) aborts its
+    transaction before the error ends the run: counted in
+    ``kafka07_bridge_transactions_aborted_total``, with nothing committed, and /health
+    answers 503 ``failed`` (the endpoint outlives the run in an embedding application)."""
+    import aiohttp
+
+    from aiokafka07.bridge.server import BridgeMetricsServer
+    from aiokafka07.errors import BridgeError
+
+    topics = ["oversized"]
+    async with kafka_cluster(1) as _, mock_target(topics) as bootstrap:
+        await produce(zookeeper, topics, 10, keys=3)
+        bridge = in_process_bridge(
+            zookeeper, bootstrap, topics, "oversized", producer_options={"max_request_size": 10}
+        )
+        async with BridgeMetricsServer(bridge, port=0) as server, aiohttp.ClientSession() as s:
+            with pytest.raises(BridgeError, match="too large"):
+                await asyncio.wait_for(bridge.run(), 120)
+            samples = await scrape(s, server.url)
+            async with s.get(f"{server.url}/health", timeout=aiohttp_timeout()) as answer:
+                status, health = answer.status, await answer.json()
+    assert samples[("kafka07_bridge_transactions_aborted_total", ())] == 1
+    assert samples[("kafka07_bridge_transactions_committed_total", ())] == 0
+    assert samples[("kafka07_bridge_messages_copied_total", (("topic", "oversized"),))] == 0
+    assert samples[("kafka07_bridge_recoveries_total", ())] == 1
+    assert samples[("kafka07_bridge_copying", ())] == 0
+    assert ("kafka07_bridge_last_commit_timestamp_seconds", ()) not in samples
+    assert ("kafka07_bridge_last_commit_age_seconds", ()) not in samples
+    assert (status, health["phase"]) == (503, "failed"), health
+
+
+def test_metrics_port_without_prometheus_client_is_a_one_line_error() -> None:
+    """``--metrics-port`` where prometheus_client cannot be imported (hidden, as if not
+    installed): exit 1 before anything connects, naming the extra and its install."""
+    script = """
+import sys
+sys.modules["prometheus_client"] = None  # import fails: as if not installed
+from aiokafka07.cli import main
+sys.exit(main(["bridge", "--zookeeper", "127.0.0.1:1", "--bootstrap-servers", "127.0.0.1:1",
+               "--metrics-port", "0", "t"]))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "aiokafka07 bridge: error: --metrics-port needs prometheus-client and aiohttp, the "
+        "exporter extra"
+    ), lines
+    assert "python -m pip install -e '.[bridge,exporter]'" in lines[0], lines

@@ -52,8 +52,16 @@ broker-partitions only; one bridge process per ``name`` (a second one fences the
 from __future__ import annotations
 
 from .mapping import KeyFunction, key_before
-from .metrics import BridgeMetrics, PartitionLag
+from .metrics import BridgeMetrics, PartitionLag, TopicCounts
 from .positions import Position
 from .runner import Bridge
 
-__all__ = ["Bridge", "BridgeMetrics", "KeyFunction", "PartitionLag", "Position", "key_before"]
+__all__ = [
+    "Bridge",
+    "BridgeMetrics",
+    "KeyFunction",
+    "PartitionLag",
+    "Position",
+    "TopicCounts",
+    "key_before",
+]

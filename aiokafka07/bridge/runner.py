@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from ..timeouts import wait_for
 from ..validation import check_int, check_number, check_optional_int
 from .mapping import KeyFunction
 from .mapping import Mapping as PartitionMapping
-from .metrics import BridgeMetrics, LogEnds, PartitionLag
+from .metrics import BridgeMetrics, LogEnds, PartitionLag, Phase, TopicCounts
 from .positions import Position, headers_for
 from .recovery import Checkpoint, Recovered, recover
 from .source import SourceMessage, SourceReaders
@@ -34,14 +35,34 @@ log = logging.getLogger("aiokafka07.bridge")
 
 
 @dataclass
+class _TopicCounts:
+    """One topic's counts (mutable; :class:`~aiokafka07.bridge.metrics.TopicCounts` is
+    the snapshot)."""
+
+    messages: int = 0
+    bytes: int = 0
+    skipped: int = 0
+
+
+@dataclass
 class _Counts:
-    """What the bridge has done in this run (its :attr:`Bridge.metrics` read them)."""
+    """What the bridge has done in this process (its :attr:`Bridge.metrics` read them:
+    the copying only adds to these, a snapshot is made when someone asks)."""
 
     messages: int = 0
     bytes: int = 0
     transactions: int = 0
     skipped: int = 0
+    aborted: int = 0
+    recoveries: int = 0
+    topics: dict[str, _TopicCounts] = field(default_factory=dict)
     positions: dict[TopicPartition, Position] = field(default_factory=dict)
+    #: time.time() and time.monotonic() of the last commit.
+    last_commit: float | None = None
+    last_commit_monotonic: float | None = None
+    #: time.monotonic() when the current run began copying (None: not copying).
+    copying_since: float | None = None
+    phase: Phase = "idle"
 
 
 class Bridge:
@@ -122,12 +143,24 @@ class Bridge:
         #: Messages gathered past a transaction's batch_size, first in the next one.
         self._carry: list[SourceMessage] = []
         self._log_ends: dict[TopicPartition, int] = {}
+        self._stop: asyncio.Event | None = None
 
     @property
     def metrics(self) -> BridgeMetrics:
-        """The counters of this run and the lag of every 0.7 broker-partition, as of
-        now (a snapshot)."""
+        """The counters of this process and the lag of every 0.7 broker-partition, as
+        of now (a snapshot: read it on the bridge's event loop)."""
         counts, ends = self._counts, self._log_ends
+        phase = counts.phase
+        if phase == "copying" and self._stop is not None and self._stop.is_set():
+            phase = "stopping"
+        age = None
+        since = counts.copying_since
+        if counts.last_commit_monotonic is not None and (
+            since is None or counts.last_commit_monotonic > since
+        ):
+            since = counts.last_commit_monotonic
+        if since is not None and phase in ("copying", "stopping"):
+            age = max(time.monotonic() - since, 0.0)
         return BridgeMetrics(
             messages=counts.messages,
             bytes=counts.bytes,
@@ -137,6 +170,15 @@ class Bridge:
                 source: PartitionLag(position, ends.get(source))
                 for source, position in counts.positions.items()
             },
+            topics={
+                topic: TopicCounts(c.messages, c.bytes, c.skipped)
+                for topic, c in sorted(counts.topics.items())
+            },
+            aborted=counts.aborted,
+            recoveries=counts.recoveries,
+            last_commit=counts.last_commit,
+            commit_age=age,
+            phase=phase,
         )
 
     def _chosen(self, registered: set[str]) -> list[str]:
@@ -156,12 +198,19 @@ class Bridge:
         transaction. Returns the last :attr:`metrics`."""
         stop = stop or asyncio.Event()
         self._carry = []
+        self._stop = stop
+        stats = self._counts
+        stats.phase = "starting"
+        stats.copying_since = None
         supervisor = Supervisor(f"bridge-{self.name}", log)
+        ended: Phase = "failed"
         try:
             async with ZooKeeperCluster(self.zookeeper) as cluster:
                 topics = self._chosen(cluster.topics())
                 if not topics:
                     raise BridgeError("no 0.7 topic matches")
+                for topic in topics:
+                    stats.topics.setdefault(topic, _TopicCounts())
                 sources = {
                     t: [TopicPartition(t, b, p) for b, p in cluster.partitions(t)] for t in topics
                 }
@@ -183,6 +232,7 @@ class Bridge:
                         options=self.consumer_options,
                     )
                     self._check_counts(recovered.checkpoint, counts)
+                    stats.recoveries += 1
                     readers = SourceReaders(
                         supervisor, queue_size=max(4, 2 * sum(map(len, sources.values())))
                     )
@@ -209,11 +259,21 @@ class Bridge:
                         }
                     )
                     log.info("copying %s from %d broker-partitions", topics, len(positions))
+                    stats.phase = "copying"
+                    stats.copying_since = time.monotonic()
                     await self._copy(
                         writer, readers, recovered, positions, counts, mappings, stop, on_batch
                     )
+            ended = "stopped"
+        except asyncio.CancelledError:
+            ended = "stopped"
+            raise
         finally:
-            await supervisor.aclose()
+            try:
+                await supervisor.aclose()
+            finally:
+                stats.phase = ended
+                stats.copying_since = None
         return self.metrics
 
     async def _target_partitions(self, writer: TargetWriter, topics: list[str]) -> dict[str, int]:
@@ -289,6 +349,8 @@ class Bridge:
             if not batch:
                 continue
             records: list[OutRecord] = []
+            # Per topic: messages and bytes of this batch, counted once it is committed.
+            added: dict[str, list[int]] = {}
             for message in batch:
                 source, record, position = message
                 key = key_of(record.value) if key_of is not None else None
@@ -298,12 +360,18 @@ class Bridge:
                     done = written.get(where, {}).get(source)
                     if done is not None and position <= done:
                         stats.skipped += 1
+                        stats.topics[source.topic].skipped += 1
                         continue
                 records.append(
                     OutRecord(
                         source.topic, partition, key, record.value, headers_for(source, position)
                     )
                 )
+                sums = added.get(source.topic)
+                if sums is None:
+                    sums = added[source.topic] = [0, 0]
+                sums[0] += 1
+                sums[1] += len(record.value)
             after = dict(positions)
             for message in batch:
                 after[message.source] = message.position
@@ -321,13 +389,23 @@ class Bridge:
                 c.targets = dict(ends)
                 return c.encode()
 
-            targets = await writer.write(
-                records, self.checkpoint_topic, self.name.encode(), targets, encode
-            )
+            aborted = writer.aborted
+            try:
+                targets = await writer.write(
+                    records, self.checkpoint_topic, self.name.encode(), targets, encode
+                )
+            finally:
+                stats.aborted += writer.aborted - aborted
             positions.update(after)
-            stats.messages += len(records)
-            stats.bytes += sum(len(r.value) for r in records)
+            for topic, (messages, size) in added.items():
+                per_topic = stats.topics[topic]
+                per_topic.messages += messages
+                per_topic.bytes += size
+                stats.messages += messages
+                stats.bytes += size
             stats.transactions += 1
+            stats.last_commit = time.time()
+            stats.last_commit_monotonic = time.monotonic()
             if on_batch is not None:
                 try:
                     on_batch(self.metrics)

@@ -6,7 +6,9 @@ was killed can no longer write). :meth:`TargetWriter.write` sends a batch, waits
 the target acknowledged every record, then sends the checkpoint record and commits: the
 checkpoint is written only once all the data before it is in the target's log, and on a
 broker that honours transactions it becomes visible together with that data or not at
-all.
+all. A transaction whose write fails is aborted before the error is raised (bounded;
+:attr:`TargetWriter.aborted` counts the aborts that succeeded), so the target's
+read_committed readers are not held back by it until the next start fences it.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class TargetWriter:
         self.timeout = request_timeout_ms / 1000
         self._options = dict(options or {})
         self._producer: Any = None
+        #: Transactions begun, and aborted after a failed write (see :meth:`write`).
+        self.begun = 0
+        self.aborted = 0
 
     async def __aenter__(self) -> TargetWriter:
         await self.start()
@@ -180,20 +185,31 @@ class TargetWriter:
         ``checkpoint`` maps target partitions to the offset after the bridge's last
         record there; it is updated with this batch's records once the target
         acknowledged them all, ``encode`` turns it into the checkpoint's bytes, and the
-        updated map is returned.
+        updated map is returned. A failure after the transaction began aborts it (see
+        :meth:`_abort`) before the :class:`~aiokafka07.errors.BridgeError` is raised.
         """
         producer = self._producer
         aiokafka = _aiokafka.load()
         try:
             await wait_for(producer.begin_transaction(), self.timeout)
-            ends = await wait_for(self._send(records), self.timeout)
-            merged = dict(checkpoint)
-            merged.update(ends)
-            sent = await producer.send(
-                checkpoint_topic, encode(merged), key=checkpoint_key, partition=0
-            )
-            await wait_for(sent, self.timeout)
-            await wait_for(producer.commit_transaction(), self.timeout)
+            self.begun += 1
+            try:
+                ends = await wait_for(self._send(records), self.timeout)
+                log.debug(
+                    "transaction %d: %d records acknowledged; writing the checkpoint",
+                    self.begun,
+                    len(records),
+                )
+                merged = dict(checkpoint)
+                merged.update(ends)
+                sent = await producer.send(
+                    checkpoint_topic, encode(merged), key=checkpoint_key, partition=0
+                )
+                await wait_for(sent, self.timeout)
+                await wait_for(producer.commit_transaction(), self.timeout)
+            except (_TooLarge, asyncio.TimeoutError, aiokafka.errors.KafkaError, OSError):
+                await self._abort()
+                raise
         except (_TooLarge, aiokafka.errors.MessageSizeTooLargeError) as exc:
             raise BridgeError(
                 f"a record is too large for the target ({_describe(exc)}); raise the "
@@ -204,6 +220,18 @@ class TargetWriter:
                 f"target {self.bootstrap_servers}: transaction failed: {_describe(exc)}"
             ) from exc
         return merged
+
+    async def _abort(self) -> None:
+        """Abort the transaction in progress, best effort: within ``request_timeout_ms``
+        (10 s at most: the error it follows is what the caller reports), a failure only
+        logged (a transaction left open is aborted when the next start fences it)."""
+        try:
+            await wait_for(self._producer.abort_transaction(), min(self.timeout, 10.0))
+        except Exception as exc:
+            log.warning("aborting the failed transaction failed: %s", _describe(exc))
+            return
+        self.aborted += 1
+        log.info("aborted the failed transaction")
 
 
 #: aiokafka's default max_request_size: the largest record a request can carry.

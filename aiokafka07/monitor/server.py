@@ -52,6 +52,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ..timeouts import wait_for
 from .cluster_state import ClusterMonitor, ClusterState
 from .collector import HealthCollector, StateCollector, Verdicts, judge, registry_for
+from .http import listen
 from .status import LagTracker
 
 __all__ = ["ExporterServer"]
@@ -157,13 +158,9 @@ class ExporterServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/status", self._status)
         app.router.add_get("/status/{group}", self._group_status)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
+        runner, port = await listen(app, self.host, self.port)
         try:
-            site = web.TCPSite(runner, self.host, self.port)
-            await site.start()
-            server: Any = site._server
-            listening.set_result(server.sockets[0].getsockname()[1])
+            listening.set_result(port)
             await self._stop.wait()
         finally:
             await runner.cleanup()

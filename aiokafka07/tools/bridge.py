@@ -4,13 +4,20 @@ A front end to :class:`aiokafka07.bridge.Bridge` (its module docstring explains 
 design): one transaction per batch, positions kept in the target, so a run stopped in
 any way, SIGKILL included, continues where the last committed transaction ended. The
 first Ctrl-C (or SIGTERM) ends the run after the transaction in progress.
+
+``--metrics-port`` serves Prometheus metrics and ``/health`` while it runs
+(:mod:`aiokafka07.bridge.server`; prometheus-client and aiohttp, the ``exporter``
+extra). The closing lines say what was copied, the lag, and what recovery skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .._install import install_hint
 from ..bridge import Bridge, BridgeMetrics, key_before
@@ -24,11 +31,19 @@ from .common import (
     connect_string,
     describe_exit_status,
     human_bytes,
+    non_negative_int,
+    plural,
     positive_float,
     positive_int,
     require_one_topic_selection,
     stop_acknowledged,
 )
+
+if TYPE_CHECKING:
+    from ..bridge.server import BridgeMetricsServer
+
+#: What --metrics-port needs besides the bridge extra, said when it is missing.
+METRICS_INSTALL = install_hint("bridge,exporter")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +127,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
             help=f"a keyword argument for aiokafka's {side} on the target (security_protocol, "
             "sasl_mechanism, ...; true/false/integers are converted); repeatable",
         )
+    parser.add_argument(
+        "--lag-interval-ms",
+        type=positive_float,
+        default=1000.0,
+        metavar="MS",
+        help="read the 0.7 log ends for the lag this often (1000); a broker not answering "
+        "within MS + 2000 has its partitions' lag unknown until it answers",
+    )
+    metrics = parser.add_argument_group("metrics (prometheus-client and aiohttp)")
+    metrics.add_argument(
+        "--metrics-port",
+        type=non_negative_int,
+        metavar="PORT",
+        help="serve Prometheus metrics (/metrics) and /health on PORT while running (0: a "
+        "free port; the address is printed at start); needs the exporter extra",
+    )
+    metrics.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address the metrics listen on (default 127.0.0.1: this host only)",
+    )
     add_progress_option(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary at the end")
     describe_exit_status(
@@ -164,6 +201,34 @@ def lag_note(metrics: BridgeMetrics) -> str:
     return f"{head}: {', '.join(parts)}{more}" if parts else head
 
 
+def recovery_note(metrics: BridgeMetrics) -> str:
+    """``recovery skipped 37 messages found already on the target (orders 20, payments
+    17)``: the messages read again from 0.7 that recovery had found on the target past
+    the last checkpoint, so not written again."""
+    if not metrics.skipped:
+        return "recovery skipped nothing: no message was found already on the target"
+    per_topic = ", ".join(f"{t} {c.skipped}" for t, c in metrics.topics.items() if c.skipped)
+    return (
+        f"recovery skipped {plural(metrics.skipped, 'message')} found already on the target "
+        f"({per_topic})"
+    )
+
+
+def metrics_server(bridge: Bridge, args: argparse.Namespace) -> BridgeMetricsServer | None:
+    """The server --metrics-port asks for (None without it); a one-line error when its
+    packages are missing, before anything connects."""
+    if args.metrics_port is None:
+        return None
+    try:
+        from ..bridge.server import BridgeMetricsServer
+    except ImportError as exc:
+        raise CommandError(
+            f"--metrics-port needs prometheus-client and aiohttp, the exporter extra ({exc}): "
+            f"{METRICS_INSTALL}"
+        ) from None
+    return BridgeMetricsServer(bridge, host=args.metrics_host, port=args.metrics_port)
+
+
 async def run(args: argparse.Namespace) -> int:
     require_one_topic_selection(args)
     separator = args.key_separator
@@ -183,6 +248,7 @@ async def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             linger_ms=args.linger_ms,
             create_partitions=args.create_partitions,
+            lag_interval_ms=args.lag_interval_ms,
             producer_options=dict(args.producer_option),
             consumer_options=dict(args.consumer_option),
         )
@@ -195,6 +261,32 @@ async def run(args: argparse.Namespace) -> int:
         progress.add(metrics.messages - seen[0], metrics.bytes - seen[1])
         seen[:] = metrics.messages, metrics.bytes
 
+    server = metrics_server(bridge, args)
+    async with contextlib.AsyncExitStack() as serving:
+        if server is not None:
+            try:
+                await serving.enter_async_context(server)
+            except OSError as exc:
+                raise CommandError(
+                    f"cannot listen on {args.metrics_host}:{args.metrics_port}: {exc}"
+                ) from None
+            print(
+                f"aiokafka07 bridge: serving {server.url}/metrics and {server.url}/health",
+                file=sys.stderr,
+                flush=True,
+            )
+        await _copy(bridge, progress, on_batch)
+    if not args.quiet:
+        print(f"{progress.summary()}; {lag_note(bridge.metrics)}", file=sys.stderr)
+        print(recovery_note(bridge.metrics), file=sys.stderr, flush=True)
+    return 0
+
+
+async def _copy(
+    bridge: Bridge, progress: Progress, on_batch: Callable[[BridgeMetrics], None]
+) -> None:
+    """Run the bridge until Ctrl-C / SIGTERM (then end after the transaction in
+    progress) or an error (one line)."""
     stop = asyncio.Event()
     async with progress:
         task = asyncio.ensure_future(bridge.run(stop, on_batch=on_batch))
@@ -209,6 +301,3 @@ async def run(args: argparse.Namespace) -> int:
                 raise CommandError(str(exc)) from exc
         except BridgeError as exc:
             raise CommandError(str(exc)) from exc
-    if not args.quiet:
-        print(f"{progress.summary()}; {lag_note(bridge.metrics)}", file=sys.stderr, flush=True)
-    return 0
