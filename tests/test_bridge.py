@@ -27,6 +27,7 @@ import pytest
 
 from aiokafka07 import SimpleConsumer
 from aiokafka07.bridge import Bridge, BridgeMetrics, key_before
+from aiokafka07.bridge.collector import METRICS as BRIDGE_METRICS
 from aiokafka07.connection import BrokerAddress
 from aiokafka07.group import Consumer
 from aiokafka07.producer import Producer
@@ -896,6 +897,8 @@ async def test_metrics_endpoint_through_a_sigkill_a_restart_and_a_stopped_broker
                     return samples
 
                 samples = await eventually(caught_up, timeout=120)
+                # Every series the bridge declares is served (the alert rules name them).
+                assert set(BRIDGE_METRICS) <= {name for name, _ in samples}
                 assert samples[copied_key] == first_count - before
                 assert samples[("kafka07_bridge_recovery_skipped_total", key)] == found
                 assert sorted(lags(samples)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
