@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from ..monitor.collector import registry_for
-from ..monitor.http import listen
+from ..monitor.http import listen, url
 from .collector import BridgeCollector
 
 if TYPE_CHECKING:
@@ -94,8 +94,7 @@ class BridgeMetricsServer:
     @property
     def url(self) -> str:
         """``http://host:port`` (the port bound once started)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return url(self.host, self.port)
 
     def scrape(self) -> bytes:
         """What ``/metrics`` answers, formatted now (on the bridge's loop)."""

@@ -7,7 +7,12 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["listen"]
+__all__ = ["listen", "url"]
+
+
+def url(host: str, port: int) -> str:
+    """``http://host:port``, an IPv6 host in brackets."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 async def listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:

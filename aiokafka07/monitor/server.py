@@ -52,7 +52,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ..timeouts import wait_for
 from .cluster_state import ClusterMonitor, ClusterState
 from .collector import HealthCollector, StateCollector, Verdicts, judge, registry_for
-from .http import listen
+from .http import listen, url
 from .status import LagTracker
 
 __all__ = ["ExporterServer"]
@@ -196,7 +196,8 @@ class ExporterServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """``http://host:port`` (the port bound once started)."""
+        return url(self.host, self.port)
 
     async def scrape(self) -> bytes:
         """One scrape's body (what ``/metrics`` answers): the last refresh's series as

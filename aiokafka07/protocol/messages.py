@@ -335,7 +335,7 @@ def count_messages(buf: BytesLike, *, max_decompressed: int = DEFAULT_MAX_DECOMP
     Unlike decoding, passing the bound anywhere raises CompressionError (a broker refuses
     the whole set).
     """
-    return _count(buf, 0, _Budget(max_decompressed))
+    return _count(buf, 0, _Budget(max_decompressed)).messages
 
 
 def count_message_set(
@@ -349,29 +349,7 @@ def count_message_set(
 
     Raises as :func:`decode_message_set` does (its ``decoded`` is not set).
     """
-    view = memoryview(buf).cast("B")
-    budget = _Budget(max_decompressed)
-    summarize = _accel.impl.summarize
-    total: int = 0
-    pos: int = 0
-    while True:
-        pos, status, detail, plain, _, _ = summarize(view, pos, False)
-        total += plain
-        if status != _pure.ST_WRAPPER:
-            _check_stop(status, detail, pos, len(view), 0)
-            return SetCount(total, pos)
-        try:
-            inner = _count(_inflate_wrapper(view, pos, detail, 0, budget), 1, budget)
-        except CompressionError as exc:
-            if exc.limit is not None and pos:
-                return SetCount(total, pos)  # over the bound behind other entries: stop here
-            _at_wrapper(exc, pos)
-            raise
-        except ProtocolError as exc:
-            _at_wrapper(exc, pos)
-            raise
-        total += inner
-        pos += 4 + _I32.unpack_from(view, pos)[0]
+    return _count(buf, 0, _Budget(max_decompressed), stop_at_bound=True)
 
 
 def _decode(
@@ -474,8 +452,11 @@ def _expand_wrapper(
     return end
 
 
-def _count(buf: Any, depth: int, budget: _Budget) -> int:
-    """Messages of ``buf`` with wrappers expanded (see :func:`count_messages`)."""
+def _count(buf: Any, depth: int, budget: _Budget, *, stop_at_bound: bool = False) -> SetCount:
+    """Messages of ``buf`` with wrappers expanded, and the bytes of the entries counted
+    (see :func:`count_messages`). ``stop_at_bound``: a top-level wrapper past the bound
+    behind other entries ends the count in front of it, as decoding stops
+    (:func:`count_message_set`); otherwise it raises."""
     view = memoryview(buf).cast("B")
     summarize = _accel.impl.summarize
     total: int = 0
@@ -485,9 +466,15 @@ def _count(buf: Any, depth: int, budget: _Budget) -> int:
         total += plain
         if status != _pure.ST_WRAPPER:
             _check_stop(status, detail, pos, len(view), depth)
-            return total
+            return SetCount(total, pos)
         try:
-            total += _count(_inflate_wrapper(view, pos, detail, depth, budget), depth + 1, budget)
+            inner = _inflate_wrapper(view, pos, detail, depth, budget)
+            total += _count(inner, depth + 1, budget).messages
+        except CompressionError as exc:
+            if stop_at_bound and exc.limit is not None and pos:
+                return SetCount(total, pos)  # over the bound behind other entries: stop here
+            _at_wrapper(exc, pos)
+            raise
         except ProtocolError as exc:
             _at_wrapper(exc, pos)
             raise
