@@ -18,6 +18,7 @@ import fnmatch
 import functools
 import inspect
 import os
+import re
 import textwrap
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -42,7 +43,7 @@ SLOW_FIXTURES = frozenset({"zookeeper_installed", "spark"})
 # JVM (at a load of 20 on 2 cores, the streaming source's worker took longer to start).
 _SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ.setdefault(
-    "SPARK_SUBMIT_OPTS", f"{_SHORT_LIVED_JVM} -Dspark.python.authenticate.socketTimeout=120s"
+    "SPARK_SUBMIT_OPTS", f"{_SHORT_LIVED_JVM} -Dspark.python.authenticate.socketTimeout=300s"
 )
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", _SHORT_LIVED_JVM)
 
@@ -134,16 +135,27 @@ def _fixtures(item: pytest.Item) -> list[object]:
 PACKAGING: dict[str, str | None] = {"test_docs": "metadata", "test_release": None}
 
 
+#: Slow tests that start Spark outside tests/test_spark.py (the Spark guide's blocks, the
+#: Spark example and benchmark, the demo's Spark stages): one at a time, on one worker,
+#: beside test_spark.py's own: two Spark applications at most at once on the machine
+#: (four at once on a busy 2-core machine left a Python worker more than two minutes to
+#: connect back to its JVM).
+_SPARK = re.compile(r"(?<![a-z])spark|^tests/test_demo\.py", re.IGNORECASE)
+
+
 def _xdist_group(item: pytest.Item) -> str | None:
     """The pytest-xdist group ``item`` runs in (``--dist loadgroup``), if any: a test that
     uses a module-scoped fixture (a Spark session, the built site, a cluster process) runs
     on its module's worker, so the fixture is set up once, not once per worker; the
-    packaging tests share one worker (:data:`PACKAGING`)."""
+    packaging tests share one worker (:data:`PACKAGING`); so do the slow tests that
+    start Spark outside its module (:data:`_SPARK`)."""
     info = getattr(item, "_fixtureinfo", None)
     definitions = getattr(info, "name2fixturedefs", {})
     used = {d.argname for defs in definitions.values() for d in defs if d.scope == "module"}
     if item.path.stem in PACKAGING and PACKAGING[item.path.stem] in (None, *used):
         return "packaging"
+    if item.path.stem != "test_spark" and is_slow(item) and _SPARK.search(item.nodeid):
+        return "spark"
     return item.path.stem if used else None
 
 

@@ -378,7 +378,10 @@ async def test_console_producer_compression_level(
         assert code == 2, err
         assert "--compression-level is gzip's" in err
         await ok("produce", "lvl", *zk, "--compression", "gzip", "--compression-level", "1",
-                 "--batch-size", "100", stdin="\n".join(lines).encode())  # fmt: skip
+                 "--batch-size", "100", "--linger-ms", "5000",
+                 stdin="\n".join(lines).encode())  # fmt: skip
+        # (Lingering 5 s: every line is read before the batch goes, one wrapper however
+        # slowly a busy machine feeds them; stdin's end sends it at once.)
         async with await BrokerConnection.open(address_of(cluster, 0)) as conn:
             response = await conn.fetch("lvl", 0, 0, 1 << 20)
         (wrapper,) = decode_message_set(response.message_set, shallow=True).messages

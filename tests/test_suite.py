@@ -33,10 +33,12 @@ def test_module_fixtures_are_set_up_once_and_packaging_runs_on_one_worker(
 ) -> None:
     """A test that uses a module-scoped fixture runs on its module's worker (the built
     site, a cluster process: set up once, not once per worker), the packaging tests
-    (they write setuptools' build directories in the tree) on one worker, and the rest
-    anywhere."""
+    (they write setuptools' build directories in the tree) on one worker, the slow tests
+    that start Spark outside test_spark.py on one worker, and the rest anywhere."""
     (tmp_path / "group_recorder.py").write_text(RECORDER)
-    modules = ["tests/test_docs.py", "tests/test_readme.py", "tests/test_units.py"]
+    modules = [
+        "tests/test_docs.py", "tests/test_readme.py", "tests/test_units.py", "tests/test_demo.py",
+    ]  # fmt: skip
     record = tmp_path / "ids"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "group_recorder",
@@ -51,7 +53,7 @@ def test_module_fixtures_are_set_up_once_and_packaging_runs_on_one_worker(
     assert result.returncode in (0, 5), result.stdout + result.stderr  # 5: none ran
     groups: dict[str, str] = {}
     for nodeid in record.read_text().splitlines():
-        grouped = re.fullmatch(r"(.*)@(test_\w+|packaging)", nodeid)
+        grouped = re.fullmatch(r"(.*)@(test_\w+|packaging|spark)", nodeid)
         groups[grouped[1] if grouped else nodeid] = grouped[2] if grouped else "-"
     site = [n for n in groups if "test_site_builds_without_warnings" in n]
     assert site
@@ -59,11 +61,14 @@ def test_module_fixtures_are_set_up_once_and_packaging_runs_on_one_worker(
     wheel = [n for n in groups if n.startswith("tests/test_docs.py::test_wheel_metadata")]
     assert wheel
     assert all(groups[n] == "packaging" for n in wheel), wheel
-    cluster_blocks = [
-        n for n in groups if n.startswith("tests/test_readme.py") and groups[n] != "-"
-    ]
-    assert cluster_blocks
-    assert {groups[n] for n in cluster_blocks} == {"test_readme"}
+    blocks = [n for n in groups if n.startswith("tests/test_readme.py") and groups[n] != "-"]
+    spark_blocks = [n for n in blocks if "spark" in n]
+    assert spark_blocks  # Spark starts in them: on the worker of the slow Spark tests
+    assert {groups[n] for n in spark_blocks} == {"spark"}
+    assert {groups[n] for n in blocks if n not in spark_blocks} == {"test_readme"}
+    demo = [n for n in groups if n.startswith("tests/test_demo.py")]
+    assert demo
+    assert {groups[n] for n in demo} == {"spark"}
     units = [n for n in groups if n.startswith("tests/test_units.py")]
     assert units
     assert all(groups[n] == "-" for n in units)
