@@ -1108,6 +1108,7 @@ async def test_as_a_service_cluster_label_and_the_sigterm_line(
                     await process.wait()
         assert process.returncode == 0, err
         stopped, summary, recovery = err.decode().strip().splitlines()[-3:]
+        print("\n".join((stopped, summary, recovery)))  # shown when the test fails
         committed = int(
             samples[("kafka07_bridge_transactions_committed_total", (("cluster", "eu-1"),))]
         )
