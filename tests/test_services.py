@@ -118,7 +118,10 @@ def test_systemd_unit_keys_and_its_example_options(tool: str) -> None:
     assert args.zookeeper
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason="needs systemd-analyze: apt-get install systemd, as CI's .ci/run does",
+)
 def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     """``systemd-analyze verify`` accepts both units without a warning (an unknown key or
     a bad value is only a warning there, so any output fails). verify checks that
