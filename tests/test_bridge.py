@@ -1046,3 +1046,79 @@ sys.exit(main(["bridge", "--zookeeper", "127.0.0.1:1", "--bootstrap-servers", "1
         "exporter extra"
     ), lines
     assert "python -m pip install -e '.[bridge,exporter]'" in lines[0], lines
+
+
+@pytest.mark.slow  # a broker process, the mock target's and the bridge's
+async def test_as_a_service_cluster_label_and_the_sigterm_line(
+    zookeeper: str, tmp_path: Path
+) -> None:
+    """``aiokafka07 bridge --metrics-port 0 --metrics-cluster NAME``, against a 0.7 broker
+    process, run as a service runs it: every series served carries ``cluster="NAME"``
+    (the process collector's too), /health answers 200 while it copies, and SIGTERM
+    stops it cleanly (exit 0) with a line that says so and how many transactions it
+    committed, before the summary and recovery lines."""
+    import aiohttp
+
+    topics = ["served"]
+    broker, _ = await start_broker_process(
+        tmp_path / "b0",
+        broker_id=0,
+        partitions=2,
+        zookeeper=zookeeper,
+        settings={"log.flush.interval": "1"},
+    )
+    try:
+        async with mock_target(topics) as bootstrap, aiohttp.ClientSession() as session:
+            await produce(zookeeper, topics, 200, keys=7)
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "aiokafka07", "bridge", "--zookeeper", zookeeper,
+                "--bootstrap-servers", bootstrap, "--batch-size", "100", "--linger-ms", "20",
+                "--lag-interval-ms", "100", "--consumer-option", "check_crcs=false",
+                "--metrics-port", "0", "--metrics-cluster", "eu-1", *topics,
+                stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            try:
+                assert process.stderr is not None
+                line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+                found_url = re.match(
+                    r"aiokafka07 bridge: serving (http://127\.0\.0\.1:\d+)/metrics", line
+                )
+                assert found_url, line
+                url = found_url.group(1)
+                copied_key = (
+                    "kafka07_bridge_messages_copied_total",
+                    (("cluster", "eu-1"), ("topic", "served")),
+                )
+
+                async def copied() -> Samples | None:
+                    assert process.returncode is None
+                    samples = await scrape(session, url)
+                    return samples if samples.get(copied_key) == 200 else None
+
+                samples = await eventually(copied, timeout=60)
+                assert {dict(labels).get("cluster") for _, labels in samples} == {"eu-1"}
+                assert ("process_start_time_seconds", (("cluster", "eu-1"),)) in samples
+                async with session.get(f"{url}/health", timeout=aiohttp_timeout()) as answer:
+                    assert answer.status == 200
+                process.send_signal(signal.SIGTERM)
+                _, err = await asyncio.wait_for(process.communicate(), 60)
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+        assert process.returncode == 0, err
+        stopped, summary, recovery = err.decode().strip().splitlines()[-3:]
+        print("\n".join((stopped, summary, recovery)))  # shown when the test fails
+        committed = int(
+            samples[("kafka07_bridge_transactions_committed_total", (("cluster", "eu-1"),))]
+        )
+        assert re.fullmatch(
+            r"aiokafka07 bridge: stopped by SIGTERM after [0-9.]+ s: (\d+) transactions? "
+            r"committed, 0 aborted; the next run continues after the last one",
+            stopped,
+        ), stopped
+        assert int(stopped.split(": ")[2].split()[0]) >= committed >= 1
+        assert summary.startswith("bridged 200 messages"), summary
+        assert recovery.startswith("recovery skipped nothing"), recovery
+    finally:
+        await stop_broker_process(broker)

@@ -172,8 +172,9 @@ def test_rules_are_the_documented_alerts_and_series() -> None:
 def test_dashboard_structure() -> None:
     """The Grafana dashboard: a current schema, a uid, unique panel ids, panels inside a
     24-column grid that do not overlap, every panel and query on the ``datasource``
-    variable, every query with an expression and a unique refId, every ``$variable`` used
-    defined, and panels for what an operator looks at first."""
+    variable and on the ``cluster`` one, every query with an expression and a unique
+    refId, every ``$variable`` used defined, and panels for what an operator looks at
+    first."""
     document = dashboard()
     assert document["schemaVersion"] >= 36
     assert document["uid"]
@@ -209,6 +210,12 @@ def test_dashboard_structure() -> None:
     for variable in variables.values():
         if variable["type"] == "query":
             assert variable["datasource"] == source
+    # Several clusters in one Prometheus (the exporter's --cluster): every query but the
+    # cluster variable's own is on the cluster chosen (all of them, by default).
+    assert variables["cluster"]["allValue"] == ".*"
+    for query in dashboard_queries(document):
+        if query != variables["cluster"]["definition"]:
+            assert 'cluster=~"$cluster"' in query, query
     builtin = {"__rate_interval", "__interval", "__range"}
     for query in dashboard_queries(document):
         for used in re.findall(r"\$(\w+)", query):

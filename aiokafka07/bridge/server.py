@@ -35,7 +35,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
-from ..monitor.collector import registry_for
+from ..monitor.collector import cluster_name, registry_for
 from ..monitor.http import listen, url
 from .collector import BridgeCollector
 
@@ -56,16 +56,23 @@ class BridgeMetricsServer:
     """Serves ``bridge``'s metrics on ``host``:``port`` (an async context manager).
 
     ``port`` 0 takes a free port; :attr:`port` is the one bound after :meth:`start`.
-    :meth:`start` and :meth:`close` are called on the bridge's event loop, where the
-    requests are answered.
+    ``cluster`` adds the label ``cluster="<cluster>"`` to every series, the process
+    collector's too (as the exporter's ``--cluster``; a :class:`ValueError` for a name that
+    is not one). :meth:`start` and :meth:`close` are called on the bridge's event loop,
+    where the requests are answered.
     """
 
-    def __init__(self, bridge: Bridge, *, host: str = "127.0.0.1", port: int) -> None:
+    def __init__(
+        self, bridge: Bridge, *, host: str = "127.0.0.1", port: int, cluster: str | None = None
+    ) -> None:
         self.bridge = bridge
         self.host = host
         self.port = port
-        self.registry = registry_for(BridgeCollector(bridge))
-        ProcessCollector(registry=self.registry)
+        #: The ``cluster`` label's value added to every series (None: no such label).
+        self.cluster = None if cluster is None else cluster_name(cluster)
+        self.registry = registry_for(
+            BridgeCollector(bridge), ProcessCollector(registry=None), cluster=self.cluster
+        )
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:

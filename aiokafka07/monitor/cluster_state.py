@@ -14,6 +14,13 @@ What a refresh costs:
 * Brokers: every partition's log start and end, pipelined on one connection per broker
   (:func:`~aiokafka07.monitor.offsets.probe_broker`), all brokers at once.
 
+Filters: ``topics`` and ``groups`` (regular expressions matched against whole names, as
+the consumers' and the bridge's ``--whitelist``: :class:`~aiokafka07.group.TopicFilter`)
+leave the rest out before anything is read: a topic not matching has its registrations
+neither read nor watched, its partitions neither probed nor counted in the bounds, and no
+group's offsets or owners of it are read; a group not matching has nothing under it read.
+On a big cluster they take the load of what nobody watches off ZooKeeper and the brokers.
+
 Bounds: at most ``max_groups`` groups and ``max_partitions`` broker-partitions (and as
 many group partitions) are listed, the rest counted as ``limit`` errors; a refresh taking
 longer than ``refresh_timeout_ms`` is abandoned (``timeout``); refreshes run one at a time,
@@ -37,6 +44,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -44,6 +52,7 @@ from typing import NamedTuple
 from ..backoff import Backoff
 from ..connection import BrokerAddress
 from ..errors import ZooKeeperError
+from ..group.subscription import TopicFilter, normalize_filter
 from ..pool import ConnectionPool
 from ..records import TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
@@ -304,14 +313,33 @@ class _Unknown:
         return f"{tp.topic} has no partition {tp.name} registered in ZooKeeper"
 
 
+def _name_filter(option: str, regex: str | None) -> TopicFilter | None:
+    """The whole-name filter ``regex`` gives (None: everything), in the syntax of the
+    consumers' ``--whitelist`` (``"a, b"`` means a or b); a :class:`ValueError` naming
+    ``option`` and the reason when it is empty or does not compile."""
+    if regex is None:
+        return None
+    normalized = normalize_filter(regex)
+    if not normalized:
+        raise ValueError(f"{option} {regex!r} matches no name: give a regular expression")
+    try:
+        re.compile(normalized)
+    except re.error as exc:
+        raise ValueError(f"{option} {regex!r} is not a regular expression: {exc}") from None
+    return TopicFilter(normalized, whitelist=True)
+
+
 class ClusterMonitor:
     """The cached, background-refreshed state of one cluster (an async context manager).
 
     ``connect`` is the cluster's ZooKeeper connect string. Only reads: it never writes a
-    znode nor produces. :attr:`state` is the last refresh's :class:`ClusterState`;
-    :attr:`stale`, :attr:`errors` and the timings describe the monitor itself.
-    ``on_refresh(state)``, if given, is called after each successful refresh (the lag
-    evaluation hooks in there); an exception from it is logged and survived.
+    znode nor produces. ``topics`` and ``groups``, regular expressions matched against whole
+    names, leave out every other topic and group before anything of them is read (module
+    docstring; a :class:`ValueError` when one does not compile). :attr:`state` is the last
+    refresh's :class:`ClusterState`; :attr:`stale`, :attr:`errors` and the timings describe
+    the monitor itself. ``on_refresh(state)``, if given, is called after each successful
+    refresh (the lag evaluation hooks in there); an exception from it is logged and
+    survived.
     """
 
     def __init__(
@@ -327,6 +355,8 @@ class ClusterMonitor:
         request_timeout_ms: float = 5000.0,
         on_refresh: Callable[[ClusterState], None] | None = None,
         message_counter: MessageCounter | None = None,
+        topics: str | None = None,
+        groups: str | None = None,
     ) -> None:
         for name, value in (
             ("interval_ms", interval_ms),
@@ -339,6 +369,9 @@ class ClusterMonitor:
                 raise ValueError(f"{name} must be positive, not {value!r}")
         if max_groups < 1 or max_partitions < 1:
             raise ValueError("max_groups and max_partitions must be at least 1")
+        #: The topics and groups read (None: all), as ``topics`` and ``groups`` give them.
+        self.topic_filter = _name_filter("topics", topics)
+        self.group_filter = _name_filter("groups", groups)
         self.connect = connect
         self.interval_ms = interval_ms
         self.min_interval_ms = min(min_interval_ms, interval_ms)
@@ -485,7 +518,7 @@ class ClusterMonitor:
         listings = self._listings
         registered = brokers_from_values(await listings.children_data(BROKER_IDS))
         self._known_brokers.update(registered)
-        topics = await listings.children(BROKER_TOPICS)
+        topics = [t for t in await listings.children(BROKER_TOPICS) if self._topic_read(t)]
         topic_values = await asyncio.gather(
             *(listings.children_data(topic_path(t)) for t in topics)
         )
@@ -573,6 +606,14 @@ class ClusterMonitor:
                 log.exception("on_refresh failed")
         return state
 
+    def _topic_read(self, topic: str) -> bool:
+        """Whether ``topic`` passes the ``topics`` filter (is read at all)."""
+        return self.topic_filter is None or self.topic_filter.allows(topic)
+
+    def _group_read(self, group: str) -> bool:
+        """Whether ``group`` passes the ``groups`` filter (is read at all)."""
+        return self.group_filter is None or self.group_filter.allows(group)
+
     async def _count_messages(
         self,
         registered: Mapping[int, BrokerAddress],
@@ -613,7 +654,7 @@ class ClusterMonitor:
         self,
     ) -> list[tuple[str, frozenset[str], dict[TopicPartition, _Commit], dict[TopicPartition, str]]]:
         listings = self._listings
-        names = await listings.children(CONSUMERS)
+        names = [g for g in await listings.children(CONSUMERS) if self._group_read(g)]
         if len(names) > self.max_groups:
             self.errors["limit"] += 1
             log.warning(
@@ -640,8 +681,12 @@ class ClusterMonitor:
     ) -> tuple[frozenset[str], dict[TopicPartition, _Commit], dict[TopicPartition, str]]:
         listings = self._listings
         members = frozenset(await listings.children(ids_path(group)))
-        offset_topics = await listings.children(offsets_path(group))
-        owner_topics = await listings.children(owners_path(group))
+        offset_topics = [
+            t for t in await listings.children(offsets_path(group)) if self._topic_read(t)
+        ]
+        owner_topics = [
+            t for t in await listings.children(owners_path(group)) if self._topic_read(t)
+        ]
         names: dict[str, set[str]] = {}
         owners: dict[TopicPartition, str] = {}
         for topic in offset_topics:

@@ -17,10 +17,16 @@ in the docs' table, docs/operations/monitoring.md).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Mapping
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..records import TopicPartition
@@ -31,9 +37,11 @@ from .status import LagTracker
 __all__ = [
     "METRICS",
     "ClusterCollector",
+    "ConstantLabels",
     "HealthCollector",
     "StateCollector",
     "Verdicts",
+    "cluster_name",
     "judge",
     "registry_for",
 ]
@@ -259,9 +267,49 @@ class ClusterCollector(Collector):
         yield from self.health.collect()
 
 
-def registry_for(collector: Collector) -> CollectorRegistry:
-    """A registry of its own holding only ``collector`` (no process or platform metrics:
-    the exporter reports on the cluster, and ``generate_latest`` of it is the scrape)."""
+#: What a ``cluster`` label's value may be: a name, as a Prometheus job's or a target's.
+_CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def cluster_name(text: str) -> str:
+    """``text`` as the value of a ``cluster`` label (``--cluster``): 1 to 128 letters,
+    digits, ``.``, ``_``, ``:`` or ``-``, starting with a letter or digit; a
+    :class:`ValueError` otherwise. (Any text is a valid label value; a name that needs no
+    quoting in a PromQL matcher or a YAML file is what an operator types.)"""
+    if not _CLUSTER.fullmatch(text):
+        raise ValueError(
+            f"cluster name {text!r}: 1 to 128 letters, digits, '.', '_', ':' or '-', "
+            "starting with a letter or digit"
+        )
+    return text
+
+
+class ConstantLabels(Collector):
+    """``collector``'s series, each with ``labels`` added (e.g. ``cluster="prod"``):
+    what lets one Prometheus hold several clusters' series apart without relabelling.
+    A label a series has already keeps its value."""
+
+    def __init__(self, collector: Collector, labels: Mapping[str, str]) -> None:
+        self.collector = collector
+        self.labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.collector.collect():
+            family.samples = [
+                sample._replace(labels={**self.labels, **sample.labels})
+                for sample in family.samples
+            ]
+            yield family
+
+
+def registry_for(*collectors: Collector, cluster: str | None = None) -> CollectorRegistry:
+    """A registry of its own holding only ``collectors`` (no process or platform metrics
+    unless given: the exporter reports on the cluster, and ``generate_latest`` of it is
+    the scrape). ``cluster`` adds a constant ``cluster`` label to every series
+    (:class:`ConstantLabels`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
+    for collector in collectors:
+        registry.register(
+            collector if cluster is None else ConstantLabels(collector, {"cluster": cluster})
+        )
     return registry

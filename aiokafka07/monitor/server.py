@@ -51,7 +51,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..timeouts import wait_for
 from .cluster_state import ClusterMonitor, ClusterState
-from .collector import HealthCollector, StateCollector, Verdicts, judge, registry_for
+from .collector import (
+    HealthCollector,
+    StateCollector,
+    Verdicts,
+    cluster_name,
+    judge,
+    registry_for,
+)
 from .http import listen, url
 from .status import LagTracker
 
@@ -82,9 +89,12 @@ class ExporterServer:
     """Serves ``monitor``'s state (and ``tracker``'s statuses) on ``host``:``port``.
 
     ``port`` 0 takes a free port; :attr:`port` is the one bound after :meth:`start`.
-    ``max_scrapes`` requests are answered at once; one waiting ``scrape_wait_ms`` for its
-    turn gets 503 (module docstring). :meth:`start` and :meth:`close` are called on the
-    monitor's event loop; the requests are answered on the server's own.
+    ``cluster`` adds the label ``cluster="<cluster>"`` to every series (one Prometheus,
+    several clusters; a :class:`ValueError` for a name that is not one, see
+    :func:`~aiokafka07.monitor.collector.cluster_name`). ``max_scrapes`` requests are
+    answered at once; one waiting ``scrape_wait_ms`` for its turn gets 503 (module
+    docstring). :meth:`start` and :meth:`close` are called on the monitor's event loop; the
+    requests are answered on the server's own.
     """
 
     def __init__(
@@ -96,6 +106,7 @@ class ExporterServer:
         port: int,
         max_scrapes: int = 8,
         scrape_wait_ms: float = 10_000.0,
+        cluster: str | None = None,
     ) -> None:
         if max_scrapes < 1:
             raise ValueError(f"max_scrapes must be at least 1, not {max_scrapes!r}")
@@ -107,8 +118,10 @@ class ExporterServer:
         self.port = port
         self.max_scrapes = max_scrapes
         self.scrape_wait_ms = scrape_wait_ms
+        #: The ``cluster`` label's value added to every series (None: no such label).
+        self.cluster = None if cluster is None else cluster_name(cluster)
         self.health = HealthCollector(monitor)
-        self._health_registry = registry_for(self.health)
+        self._health_registry = registry_for(self.health, cluster=self.cluster)
         self._snapshot: _Snapshot | None = None
         self._rendering: asyncio.Task[_Snapshot] | None = None
         #: Times a refresh's series were formatted (once per refresh, at most).
@@ -255,7 +268,7 @@ class ExporterServer:
         }
         started = time.perf_counter()
         metrics, groups, group_documents = await asyncio.to_thread(
-            _format, state, verdicts, documents
+            _format, state, verdicts, documents, self.cluster
         )
         self.health.render_seconds = time.perf_counter() - started
         self.renders += 1
@@ -329,10 +342,14 @@ class ExporterServer:
 
 
 def _format(
-    state: ClusterState, verdicts: Verdicts, documents: dict[str, dict[str, Any]]
+    state: ClusterState,
+    verdicts: Verdicts,
+    documents: dict[str, dict[str, Any]],
+    cluster: str | None,
 ) -> tuple[bytes, str, dict[str, str]]:
-    """The series and the JSON documents of one refresh (run in a worker thread)."""
-    metrics = generate_latest(registry_for(StateCollector(state, verdicts)))
+    """The series (with the ``cluster`` label, if any) and the JSON documents of one
+    refresh (run in a worker thread)."""
+    metrics = generate_latest(registry_for(StateCollector(state, verdicts), cluster=cluster))
     texts = {name: json.dumps(document, indent=2) for name, document in documents.items()}
     listed = ",\n".join(textwrap.indent(text, "  ") for text in texts.values())
     groups = "[]" if not texts else f"[\n{listed}\n]"

@@ -71,6 +71,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_PORT,
         help=f"port to listen on (default {DEFAULT_PORT}; 0: a free one, printed at start)",
     )
+    http.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="add the label cluster=NAME to every series, to tell several clusters apart in "
+        "one Prometheus (letters, digits, . _ : -; default: no cluster label)",
+    )
+    selection = parser.add_argument_group(
+        "selection",
+        "regular expressions matched against whole names, in the syntax of the consumers' "
+        "--whitelist (a comma means 'or'); what does not match is not read at all",
+    )
+    selection.add_argument(
+        "--topics",
+        metavar="REGEX",
+        help="only these topics: others are neither probed nor served, and no group's "
+        "offsets of them are read (default: every topic)",
+    )
+    selection.add_argument(
+        "--groups",
+        metavar="REGEX",
+        help="only these consumer groups: others are not read (default: every group)",
+    )
     bounds = parser.add_argument_group("refresh and bounds")
     bounds.add_argument(
         "--interval-ms",
@@ -159,22 +181,29 @@ async def run(args: argparse.Namespace) -> int:
             f"{INSTALL}"
         ) from None
     tracker = LagTracker(commits=args.window, min_stop_ms=int(args.min_stop_ms))
-    monitor = ClusterMonitor(
-        args.zookeeper,
-        interval_ms=args.interval_ms,
-        refresh_timeout_ms=args.refresh_timeout_ms,
-        max_groups=args.max_groups,
-        max_partitions=args.max_partitions,
-        connection_timeout_ms=args.zk_timeout_ms,
-        on_refresh=tracker.observe,
-        message_counter=MessageCounter(
-            max_range_bytes=args.messages_range_bytes,
-            refresh_bytes=args.messages_budget_bytes,
-            partition_bytes=args.messages_partition_bytes,
-            max_seconds=args.messages_max_ms / 1000,
-        ),
-    )
-    server = ExporterServer(monitor, tracker, host=args.host, port=args.port)
+    try:  # a filter that is not a regex, a cluster name that is not one: before connecting
+        monitor = ClusterMonitor(
+            args.zookeeper,
+            interval_ms=args.interval_ms,
+            refresh_timeout_ms=args.refresh_timeout_ms,
+            max_groups=args.max_groups,
+            max_partitions=args.max_partitions,
+            connection_timeout_ms=args.zk_timeout_ms,
+            on_refresh=tracker.observe,
+            message_counter=MessageCounter(
+                max_range_bytes=args.messages_range_bytes,
+                refresh_bytes=args.messages_budget_bytes,
+                partition_bytes=args.messages_partition_bytes,
+                max_seconds=args.messages_max_ms / 1000,
+            ),
+            topics=args.topics,
+            groups=args.groups,
+        )
+        server = ExporterServer(
+            monitor, tracker, host=args.host, port=args.port, cluster=args.cluster
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     began = time.monotonic()
     stopped = "stopped"
     try:
