@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shutil
 import signal
 import socket
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
@@ -30,12 +28,13 @@ import pytest
 import yaml
 
 from aiokafka07.testing.pytest_plugin import install_opted_in
-from aiokafka07.testing.zookeeper_server import can_install_zookeeper
+from aiokafka07.testing.zookeeper_server import apt_get_install, can_install_zookeeper
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "aiokafka07-rules.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "aiokafka07-rules.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "aiokafka07.json"
+
 
 INSTALL_HINT = "apt-get install --no-install-recommends prometheus (Debian's package)"
 
@@ -49,35 +48,13 @@ def _install() -> None:
     """apt-get install Debian's prometheus package, with no service started (a
     policy-rc.d refusing every start, unless the machine has one of its own): the tests
     run their own server on loopback, never the package's on every interface."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    lock_wait = ["-o", "DPkg::Lock::Timeout=300"]
     policy = Path("/usr/sbin/policy-rc.d")
     ours = not policy.exists()
     if ours:
         policy.write_text("#!/bin/sh\n# written by aiokafka07's tests while installing\nexit 101\n")
         policy.chmod(0o755)
     try:
-        for command, timeout in (
-            (["apt-get", *lock_wait, "update"], 600.0),
-            (
-                ["apt-get", *lock_wait, "install", "-y", "--no-install-recommends", "prometheus"],
-                1800,
-            ),
-        ):
-            done = subprocess.run(
-                command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-            if done.returncode != 0:
-                raise RuntimeError(
-                    f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-3000:]}"
-                )
+        apt_get_install("prometheus", options=("--no-install-recommends",))
     finally:
         if ours:
             policy.unlink()

@@ -799,6 +799,16 @@ async def killed_in_a_transaction(
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
+async def metrics_url(process: asyncio.subprocess.Process) -> str:
+    """The ``http://127.0.0.1:PORT`` a bridge started with ``--metrics-port 0`` says it
+    serves, on the first line of its stderr."""
+    assert process.stderr is not None
+    line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+    found = re.match(r"aiokafka07 bridge: serving (http://127\.0\.0\.1:\d+)/metrics", line)
+    assert found, line
+    return found.group(1)
+
+
 async def scrape(session: Any, url: str) -> Samples:
     """``/metrics`` as {(sample name, sorted labels): value}, after 0.1 s (a scrape
     every 0.1 s at most when polled: not to load the bridge, nor the machine)."""
@@ -877,13 +887,7 @@ async def test_metrics_endpoint_through_a_sigkill_a_restart_and_a_stopped_broker
                 stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             try:
-                assert process.stderr is not None
-                line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
-                found_url = re.match(
-                    r"aiokafka07 bridge: serving (http://127\.0\.0\.1:\d+)/metrics", line
-                )
-                assert found_url, line
-                url = found_url.group(1)
+                url = await metrics_url(process)
 
                 async def caught_up() -> Samples | None:
                     assert process.returncode is None
@@ -973,7 +977,7 @@ async def test_metrics_endpoint_through_a_sigkill_a_restart_and_a_stopped_broker
                     await process.wait()
             assert process.returncode == 0, err
             closing = err.decode().strip().splitlines()
-            print("\n".join([line, *closing[-2:]]))  # shown when the test fails
+            print("\n".join([url, *closing[-2:]]))  # shown when the test fails
             assert closing[-2].startswith(f"bridged {first_count + 200 - before} messages"), closing
             if found:
                 assert closing[-1] == (
@@ -1078,13 +1082,7 @@ async def test_as_a_service_cluster_label_and_the_sigterm_line(
                 stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             try:
-                assert process.stderr is not None
-                line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
-                found_url = re.match(
-                    r"aiokafka07 bridge: serving (http://127\.0\.0\.1:\d+)/metrics", line
-                )
-                assert found_url, line
-                url = found_url.group(1)
+                url = await metrics_url(process)
                 copied_key = (
                     "kafka07_bridge_messages_copied_total",
                     (("cluster", "eu-1"), ("topic", "served")),

@@ -205,6 +205,40 @@ def can_install_zookeeper() -> bool:
     )
 
 
+def apt_get_install(*packages: str, options: tuple[str, ...] = ()) -> None:
+    """``apt-get update`` then ``apt-get install -y [options] packages``, non-interactive,
+    each within a bound (10 and 30 minutes); concurrent test processes queue behind each
+    other's install (the dpkg lock is waited for 5 minutes). :class:`RuntimeError` with
+    the command and the end of its output when one fails or times out."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    lock_wait = ["-o", "DPkg::Lock::Timeout=300"]
+    for command, timeout in (
+        (["apt-get", *lock_wait, "update"], 600.0),
+        (["apt-get", *lock_wait, "install", "-y", *options, *packages], 1800.0),
+    ):
+        try:
+            done = subprocess.run(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            partial = exc.output if isinstance(exc.output, str) else ""
+            raise RuntimeError(
+                f"{' '.join(command)} timed out after {timeout:.0f}s:\n{_output_tail(partial)}"
+            ) from exc
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(command)} failed with exit code {done.returncode}:\n"
+                f"{_output_tail(done.stdout)}"
+            )
+
+
 def ensure_zookeeper_installed(*, install: bool = True) -> str:
     """Return the classpath, installing Debian's zookeeper package first if need be.
 
@@ -224,34 +258,10 @@ def ensure_zookeeper_installed(*, install: bool = True) -> str:
         raise ZooKeeperNotInstalled(_INSTALL_HINT)
     if not can_install_zookeeper():
         raise ZooKeeperNotInstalled(_INSTALL_HINT)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    # The lock timeout lets concurrent test processes queue behind each other's install.
-    lock_wait = ["-o", "DPkg::Lock::Timeout=300"]
-    for command, timeout in (
-        (["apt-get", *lock_wait, "update"], 600.0),
-        (["apt-get", *lock_wait, "install", "-y", "zookeeper"], 1800.0),
-    ):
-        try:
-            done = subprocess.run(
-                command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            partial = exc.output if isinstance(exc.output, str) else ""
-            raise ZooKeeperNotInstalled(
-                f"{' '.join(command)} timed out after {timeout:.0f}s:\n{_output_tail(partial)}"
-            ) from exc
-        if done.returncode != 0:
-            raise ZooKeeperNotInstalled(
-                f"{' '.join(command)} failed with exit code {done.returncode}:\n"
-                f"{_output_tail(done.stdout)}"
-            )
+    try:
+        apt_get_install("zookeeper")
+    except RuntimeError as exc:
+        raise ZooKeeperNotInstalled(str(exc)) from None
     if _java_executable() is None:
         raise ZooKeeperNotInstalled(
             f"zookeeper was installed but no java was found. {_INSTALL_HINT}"
