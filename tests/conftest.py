@@ -91,6 +91,25 @@ def _starts_processes(calls: list[ast.Call]) -> bool:
     return False
 
 
+def _helpers_start_processes(module: object, calls: list[ast.Call], depth: int = 2) -> bool:
+    """Whether a function of the tests' own that ``calls`` names (looked up in the test's
+    ``module``: ``own_zookeeper()``, ``broker_processes()``) starts processes, following
+    such helpers ``depth`` calls deep."""
+    if depth == 0:
+        return False
+    namespace = getattr(module, "__dict__", {})
+    for call in calls:
+        if not isinstance(call.func, ast.Name):
+            continue
+        helper = inspect.unwrap(namespace.get(call.func.id))  # a context manager's function
+        if not inspect.isfunction(helper) or not helper.__module__.startswith("tests."):
+            continue
+        inner = _calls(helper)
+        if _starts_processes(inner) or _helpers_start_processes(module, inner, depth - 1):
+            return True
+    return False
+
+
 def _without_zookeeper(calls: list[ast.Call]) -> bool:
     """Whether the test's own body calls ``kafka_cluster(...)``, each time with
     ``zookeeper=None`` (brokers in this process, no JVM). Anything else that uses the
@@ -117,6 +136,8 @@ def is_slow(item: pytest.Item) -> bool:
         return True
     calls = _calls(getattr(item, "function", None))
     if _starts_processes(calls) or any(_starts_processes(_calls(f)) for f in _fixtures(item)):
+        return True
+    if _helpers_start_processes(getattr(item, "module", None), calls):
         return True
     return "kafka_cluster" in used and not _without_zookeeper(calls)
 

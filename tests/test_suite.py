@@ -72,3 +72,24 @@ def test_module_fixtures_are_set_up_once_and_packaging_runs_on_one_worker(
     units = [n for n in groups if n.startswith("tests/test_units.py")]
     assert units
     assert all(groups[n] == "-" for n in units)
+
+
+def test_a_test_starting_processes_through_a_helper_of_its_module_is_slow() -> None:
+    """The tier rule follows the tests' own helpers: a test that starts ZooKeeper and
+    broker processes through ``own_zookeeper()`` and ``broker_processes()`` is slow, not
+    in the fast loop."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-n", "0", "-m", "not slow",
+         "-p", "no:cacheprovider", "tests/test_exporter.py"],
+        cwd=ROOT,
+        env=outside_this_run(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    fast = result.stdout
+    assert "tests/test_exporter.py::test_bad_port_is_refused" in fast
+    assert "test_survives_zookeeper_stopped_and_started" not in fast
+    assert "test_unknown_lag_is_never_zero" not in fast
