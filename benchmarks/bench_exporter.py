@@ -45,7 +45,7 @@ import time
 from typing import Any
 
 import aiohttp
-from common import load, ratios, spread, start_broker
+from common import commit_offsets, load, milliseconds, ratios, spread, start_broker
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -56,8 +56,6 @@ from aiokafka07.monitor.server import ExporterServer
 from aiokafka07.monitor.status import LagTracker
 from aiokafka07.testing import ZooKeeperServer
 from aiokafka07.testing.scrapers import scrape_while
-from aiokafka07.znodes import GroupRegistry
-from aiokafka07.zookeeper import ZooKeeper
 
 BROKERS = 2
 
@@ -89,41 +87,31 @@ async def build(connect: str, topics: int, partitions: int, pressure_groups: int
                     await producer.send(f"topic-{t}", b"x" * 100, partition=(broker, partition))
                 )
         await asyncio.gather(*futures)
-    await commit(
+    await commit_offsets(
         connect,
-        [
-            (f"pressure-{g}", f"topic-{t}", b, p)
+        {
+            (f"pressure-{g}", f"topic-{t}", b, p): 0
             for g in range(pressure_groups)
             for t in range(topics)
             for b, p in broker_partitions(partitions)
-        ],
+        },
     )
 
 
 async def build_groups(connect: str, topics: int, partitions: int, groups: int) -> None:
-    """Commit an offset for every partition of one topic per group."""
-    await commit(
+    """Commit offset 0 for every partition of one topic per group."""
+    await commit_offsets(
         connect,
-        [
-            (f"group-{g}", f"topic-{g % topics}", b, p)
+        {
+            (f"group-{g}", f"topic-{g % topics}", b, p): 0
             for g in range(groups)
             for b, p in broker_partitions(partitions)
-        ],
+        },
     )
 
 
 def broker_partitions(partitions: int) -> list[tuple[int, int]]:
     return [(b, p) for b in range(BROKERS) for p in range(partitions)]
-
-
-async def commit(connect: str, offsets: list[tuple[str, str, int, int]]) -> None:
-    """Offset 0 committed for each (group, topic, broker, partition), 500 at a time."""
-    async with ZooKeeper(connect) as zk:
-        commits = [
-            GroupRegistry(zk, group).commit(topic, f"{b}-{p}", 0) for group, topic, b, p in offsets
-        ]
-        for start in range(0, len(commits), 500):
-            await asyncio.gather(*commits[start : start + 500])
 
 
 async def pressure(connect: str, seconds: float, scrapers: int) -> dict[str, Any]:
@@ -249,9 +237,6 @@ async def run(
 
 
 def render(r: dict[str, Any]) -> str:
-    def seconds(f: dict[str, float]) -> str:
-        return f"{f['median'] * 1000:.1f} ms ({f['min'] * 1000:.1f}..{f['max'] * 1000:.1f})"
-
     ratio = r["format_over_floor"]
     lines = [
         f"Exporter: {r['broker_partitions']:,} broker-partitions on {BROKERS} brokers "
@@ -259,18 +244,18 @@ def render(r: dict[str, Any]) -> str:
         f"({r['scrape_bytes']:,} B); {r['rounds']} interleaved rounds, {r['cpus']} CPUs, "
         f"load {' '.join(f'{x:.2f}' for x in r['load_before'])} before, "
         f"{' '.join(f'{x:.2f}' for x in r['load_after'])} after",
-        f"  format (once a refresh) {seconds(r['format_s'])}",
-        f"  floor (plain registry)  {seconds(r['floor_s'])}",
+        f"  format (once a refresh) {milliseconds(r['format_s'])}",
+        f"  floor (plain registry)  {milliseconds(r['floor_s'])}",
         f"  ratio format / floor    {ratio['median']:.2f}x "
         f"({ratio['min']:.2f}..{ratio['max']:.2f})",
-        f"  scrape (kept text)      {seconds(r['scrape_s'])}",
-        f"  HTTP GET /metrics       {seconds(r['http_s'])}",
+        f"  scrape (kept text)      {milliseconds(r['scrape_s'])}",
+        f"  HTTP GET /metrics       {milliseconds(r['http_s'])}",
         f"  the refresh that filled the cache took {r['refresh_s'] * 1000:.0f} ms",
     ]
     p = r.get("pressure")
     if p is not None:
         answers = ", ".join(f"{count} x {status}" for status, count in p["answers"].items())
-        formatted = "-" if p["format_s"] is None else seconds(p["format_s"])
+        formatted = "-" if p["format_s"] is None else milliseconds(p["format_s"])
         lines += [
             f"scrape pressure: {p['scrapers']} clients back to back from another process for "
             f"{p['seconds']:.0f} s, refresh interval {p['interval_s']:.0f} s",
@@ -279,8 +264,9 @@ def render(r: dict[str, Any]) -> str:
             f"  refreshes {p['refreshes']}, formattings {p['formattings']}; answers: {answers}",
             f"  scrape latency seen by the clients: median {p['latency_ms']['median']:.1f} ms, "
             f"max {p['latency_ms']['max']:.1f} ms",
-            f"  a refresh {seconds(p['refresh_s'])}; a formatting (worker thread) {formatted}; "
-            f"a kept scrape {seconds(p['kept_scrape_s'])}",
+            f"  a refresh {milliseconds(p['refresh_s'])}; "
+            f"a formatting (worker thread) {formatted}; "
+            f"a kept scrape {milliseconds(p['kept_scrape_s'])}",
         ]
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ import tempfile
 import time
 from typing import Any
 
-from common import load, ratios, spread, start_broker
+from common import commit_offsets, load, milliseconds, ratios, spread, start_broker
 
 from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.errors import ZooKeeperError
@@ -41,8 +41,6 @@ from aiokafka07.monitor.message_lag import MessageCounter
 from aiokafka07.protocol import LATEST, encode_message_set
 from aiokafka07.protocol.requests import encode_produce_request
 from aiokafka07.testing import ZooKeeperServer
-from aiokafka07.znodes import GroupRegistry
-from aiokafka07.zookeeper import ZooKeeper
 
 BROKERS = 2
 
@@ -80,17 +78,6 @@ async def write(
                 raise RuntimeError(f"{topic} {b}-{p} did not reach {end}")
             await asyncio.sleep(0.01)
     return expected
-
-
-async def commit(connect: str, offsets: dict[tuple[str, str, int, int], int]) -> None:
-    """Commit each (group, topic, broker, partition) → offset, 500 at a time."""
-    async with ZooKeeper(connect) as zk:
-        commits = [
-            GroupRegistry(zk, group).commit(topic, f"{b}-{p}", offset)
-            for (group, topic, b, p), offset in offsets.items()
-        ]
-        for start in range(0, len(commits), 500):
-            await asyncio.gather(*commits[start : start + 500])
 
 
 def group_partitions(state: ClusterState) -> int:
@@ -148,7 +135,7 @@ async def run(
             for (topic, b, p), middle in first.items():
                 offsets[("behind", topic, b, p)] = 0
                 offsets[("half", topic, b, p)] = middle
-            await commit(connect, offsets)
+            await commit_offsets(connect, offsets)
             floor = ClusterMonitor(
                 connect, interval_ms=3_600_000.0, message_counter=MessageCounter(refresh_bytes=0)
             )
@@ -207,9 +194,6 @@ async def run(
 
 
 def render(r: dict[str, Any]) -> str:
-    def seconds(f: dict[str, float]) -> str:
-        return f"{f['median'] * 1000:.1f} ms ({f['min'] * 1000:.1f}..{f['max'] * 1000:.1f})"
-
     cold = r["cold"]
     ratio = r["counting_over_floor"]
     same = "equals" if cold["behind_total"] == r["written"] else "differs from"
@@ -228,8 +212,8 @@ def render(r: dict[str, Any]) -> str:
             f"{same} the {r['written']:,} messages written",
             f"  (floor's first refresh {r['floor_first_s'] * 1000:.0f} ms)",
             f"steady state, {r['append']} new messages per partition before each round:",
-            f"  refresh, counting off (floor) {seconds(r['floor_s'])}",
-            f"  refresh, counting             {seconds(r['counting_s'])}",
+            f"  refresh, counting off (floor) {milliseconds(r['floor_s'])}",
+            f"  refresh, counting             {milliseconds(r['counting_s'])}",
             f"  ratio counting / floor        {ratio['median']:.2f}x "
             f"({ratio['min']:.2f}..{ratio['max']:.2f})",
             f"  bytes read per refresh        {r['steady_bytes_read']['median']:,.0f} "

@@ -16,7 +16,7 @@ import importlib.util
 import os
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,6 +30,8 @@ from aiokafka07.protocol import (
 )
 from aiokafka07.testing.flush import flush_properties
 from aiokafka07.testing.process import start_broker_process
+from aiokafka07.znodes import GroupRegistry
+from aiokafka07.zookeeper import ZooKeeper
 
 __all__ = [
     "LOOPS",
@@ -83,6 +85,23 @@ def ratios(values: Sequence[float], floors: Sequence[float]) -> dict[str, float]
     """:func:`spread` of ``value / floor`` per repetition (each value over the floor
     measured next to it)."""
     return spread([v / f for v, f in zip(values, floors, strict=True)])
+
+
+def milliseconds(f: dict[str, float]) -> str:
+    """A :func:`spread` of seconds in milliseconds: ``12.3 ms (11.0..15.2)``."""
+    return f"{f['median'] * 1000:.1f} ms ({f['min'] * 1000:.1f}..{f['max'] * 1000:.1f})"
+
+
+async def commit_offsets(connect: str, offsets: Mapping[tuple[str, str, int, int], int]) -> None:
+    """Commit each (group, topic, broker, partition) → offset in ZooKeeper at ``connect``,
+    500 at a time (the exporter's benchmarks' groups)."""
+    async with ZooKeeper(connect) as zk:
+        commits = [
+            GroupRegistry(zk, group).commit(topic, f"{b}-{p}", offset)
+            for (group, topic, b, p), offset in offsets.items()
+        ]
+        for start in range(0, len(commits), 500):
+            await asyncio.gather(*commits[start : start + 500])
 
 
 def load() -> list[float]:

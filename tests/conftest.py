@@ -175,7 +175,8 @@ def _xdist_group(item: pytest.Item) -> str | None:
     used = {d.argname for defs in definitions.values() for d in defs if d.scope == "module"}
     if item.path.stem in PACKAGING and PACKAGING[item.path.stem] in (None, *used):
         return "packaging"
-    if item.path.stem != "test_spark" and is_slow(item) and _SPARK.search(item.nodeid):
+    slow = item.get_closest_marker("slow") is not None  # marked by the tier rule first
+    if item.path.stem != "test_spark" and slow and _SPARK.search(item.nodeid):
         return "spark"
     return item.path.stem if used else None
 

@@ -15,11 +15,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import InvalidConfigError, MessageTooLargeError
-from ..protocol._accel import pure_forced
+from ..protocol._accel import load_accelerator
 
 __all__ = ["Batch", "BatchBuilder", "Route", "check_message_size", "implementation", "serialize"]
 
@@ -44,30 +43,9 @@ class _PureBatchCore:
     byte_cap: int
 
 
-def _load_appender() -> ModuleType | None:
-    """The C module ``_appender`` when it was built and ``AIOKAFKA07_PURE`` is not set,
-    else None; the choice is logged once, at DEBUG, as the codec's is (an install where
-    no C compiler was found runs on the pure twins, and that line says so and why)."""
-    if pure_forced():
-        log.debug(
-            "AIOKAFKA07_PURE is set: the producer's hot path runs on its pure-Python twin "
-            "(not the C accelerator aiokafka07.producer._appender)"
-        )
-        return None
-    try:
-        from . import _appender  # type: ignore[attr-defined,unused-ignore]
-    except ImportError as exc:  # not built (no compiler at install time)
-        log.debug(
-            "the C accelerator aiokafka07.producer._appender is not built (%s; no C compiler "
-            "when this was installed?): the producer's hot path runs on its pure-Python twin",
-            exc,
-        )
-        return None
-    log.debug("the producer's hot path runs on its C accelerator (aiokafka07.producer._appender)")
-    return _appender  # type: ignore[no-any-return,unused-ignore]
-
-
-_appender_module = _load_appender()
+#: The C module ``_appender`` (None: the pure twins), chosen and logged once, at import,
+#: as the codec's accelerator is.
+_appender_module = load_accelerator("aiokafka07.producer._appender", "the producer's hot path", log)
 
 
 def implementation() -> str:

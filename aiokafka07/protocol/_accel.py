@@ -9,6 +9,7 @@ that line is how someone chasing a slow consumer learns it runs on the pure twin
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from types import ModuleType
@@ -24,27 +25,34 @@ def pure_forced() -> bool:
     return os.environ.get("AIOKAFKA07_PURE", "") not in ("", "0")
 
 
-def _choose() -> ModuleType:
+def load_accelerator(name: str, runs: str, logger: logging.Logger) -> ModuleType | None:
+    """The C module ``name`` (``aiokafka07.protocol._speedups``), or None when
+    ``AIOKAFKA07_PURE`` is set or it was not built (no compiler at install time). The
+    choice is logged once, at DEBUG on ``logger``, saying what ``runs`` on which and why:
+    the codec's choice and the producer's hot path's (``producer/batch.py``)."""
     if pure_forced():
-        log.debug(
-            "AIOKAFKA07_PURE is set: the codec runs on its pure-Python twin "
-            "(not the C accelerator aiokafka07.protocol._speedups)"
+        logger.debug(
+            "AIOKAFKA07_PURE is set: %s runs on its pure-Python twin (not the C accelerator %s)",
+            runs,
+            name,
         )
-        return _pure
+        return None
     try:
-        from . import _speedups  # type: ignore[attr-defined,unused-ignore]
-    except ImportError as exc:  # not built (no compiler at install time)
-        log.debug(
-            "the C accelerator aiokafka07.protocol._speedups is not built (%s; no C compiler "
-            "when this was installed?): the codec runs on its pure-Python twin",
+        module = importlib.import_module(name)
+    except ImportError as exc:
+        logger.debug(
+            "the C accelerator %s is not built (%s; no C compiler when this was installed?): "
+            "%s runs on its pure-Python twin",
+            name,
             exc,
+            runs,
         )
-        return _pure
-    log.debug("the codec runs on its C accelerator (aiokafka07.protocol._speedups)")
-    return _speedups  # type: ignore[no-any-return,unused-ignore]
+        return None
+    logger.debug("%s runs on its C accelerator (%s)", runs, name)
+    return module
 
 
-impl: ModuleType = _choose()
+impl: ModuleType = load_accelerator("aiokafka07.protocol._speedups", "the codec", log) or _pure
 
 
 def implementation() -> str:
