@@ -123,6 +123,40 @@ def check_message_sizes(message_set: BytesLike, max_message_size: int) -> None:
             )
 
 
+#: A frame at least this long goes to the transport alone (see :func:`write_chunks`).
+WRITE_ALONE = 16 << 10
+
+
+def write_chunks(frames: list[bytes]) -> list[bytes]:
+    """``frames`` as the transport should take them, in order: a frame of at least
+    :data:`WRITE_ALONE` bytes alone, each run of shorter ones joined into one.
+
+    A transport sends what it is given at once when nothing waits in its buffer, copying
+    only what the socket did not take; joining a produce frame (~126 KB at the defaults)
+    with the OFFSETS probe confirm mode queues behind it would copy the whole frame into a
+    new allocation each request (``writelines()`` joins on Python 3.11), measurable in
+    confirm mode's CPU per message. Short frames (requests, probes) are joined: one
+    system call for a run of them. Every chunk goes through ``write()``: the selector
+    transport's ``writelines()`` of Python 3.12.0-3.12.8 and 3.13.0-3.13.1 never pauses
+    the protocol (CPython gh-127655), and ``resume_writing()`` comes only after a pause.
+    """
+    if len(frames) == 1:
+        return frames
+    chunks: list[bytes] = []
+    run: list[bytes] = []
+    for frame in frames:
+        if len(frame) < WRITE_ALONE:
+            run.append(frame)
+            continue
+        if run:
+            chunks.append(run[0] if len(run) == 1 else b"".join(run))
+            run = []
+        chunks.append(frame)
+    if run:
+        chunks.append(run[0] if len(run) == 1 else b"".join(run))
+    return chunks
+
+
 def _not_done(future: asyncio.Future[Any]) -> bool:
     return not future.done()
 
@@ -517,12 +551,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 log.debug(
                     "%s: wrote %d requests, %d bytes", self.address, len(out.frames), out.size
                 )
-            # The last frame goes through write(): the selector transport's writelines()
-            # of Python 3.12.0-3.12.8 and 3.13.0-3.13.1 never pauses the protocol
-            # (CPython gh-127655), and resume_writing() comes only after a pause.
-            if len(out.frames) > 1:
-                transport.writelines(out.frames[:-1])
-            transport.write(out.frames[-1])
+            for chunk in write_chunks(out.frames):
+                transport.write(chunk)
             self._handed += out.size
         for future in out.written:
             if not future.done():

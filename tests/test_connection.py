@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import socket
@@ -20,9 +21,11 @@ from hypothesis import strategies as st
 
 from aiokafka07.connection import (
     READ_SIZE,
+    WRITE_ALONE,
     BrokerAddress,
     BrokerConnection,
     check_message_sizes,
+    write_chunks,
 )
 from aiokafka07.errors import (
     InvalidMessageError,
@@ -93,6 +96,44 @@ async def bounded(awaitable: Awaitable[Any], timeout: float = 10.0) -> Any:
 # -- pipelining ----------------------------------------------------------------------------
 
 
+def test_a_long_frame_is_written_alone_and_short_ones_together() -> None:
+    """A produce frame goes to the transport as it is (joining it with the probe behind
+    it copied the whole frame each request); a run of short frames is one write."""
+    big, other = b"p" * WRITE_ALONE, b"q" * (WRITE_ALONE + 1)
+    probe, request = b"o" * 30, b"r" * 40
+    chunks = write_chunks([probe, request, big, probe, other, request, probe])
+    assert chunks == [probe + request, big, probe, other, request + probe]
+    assert chunks[1] is big
+    assert chunks[3] is other
+    assert write_chunks([big, probe])[0] is big
+    single = [probe]
+    assert write_chunks(single) is single
+    assert b"".join(write_chunks([probe, big, request])) == probe + big + request
+
+
+async def test_produces_queued_while_a_reading_is_under_way_share_the_next(
+    cluster: KafkaCluster,
+) -> None:
+    """Confirm mode reads the partition's end behind a produce; the produces queued while
+    that reading is under way share the next reading instead of one each (a probe per
+    produce doubled the requests, their answers and their bookkeeping). Each is still
+    confirmed, at an end that shows every byte up to it, and the log holds them all."""
+    conn = await connect(cluster)
+    batches = [[b"shared %d" % i] for i in range(50)]
+    frames = [encode_produce_request("shared", 0, encode_message_set(b)) for b in batches]
+    futures = [conn.submit_produce(frame, confirm=True) for frame in frames]
+    ends = await bounded(asyncio.gather(*futures))
+    own = list(itertools.accumulate(len(encode_message_set(b)) for b in batches))
+    assert all(end >= mine and end in own for end, mine in zip(ends, own, strict=True)), ends
+    response = await conn.fetch("shared", 0, 0, 1 << 20)
+    assert values(response, 0) == [b[0] for b in batches]
+    # 50 produces, the base reading in front of the first, a reading behind it, one
+    # behind the 49 queued meanwhile, and the polls while a flush is awaited (a probe
+    # per produce: 50 more), then the fetch.
+    assert conn.requests_sent <= 50 + 3 + 10 + 1, conn.requests_sent
+    await conn.close()
+
+
 async def test_hundreds_of_interleaved_requests_are_each_matched_to_their_answer(
     cluster: KafkaCluster,
 ) -> None:
@@ -104,16 +145,20 @@ async def test_hundreds_of_interleaved_requests_are_each_matched_to_their_answer
     expected: list[tuple[str, Any]] = []
     frames = 0
     confirmed: set[int] = set()
+    boundaries: list[set[int]] = [set(), set()]  # each partition's ends after each produce
+    confirms = 0
     for k in range(150):
         p = k % 2
         payloads = [b"%d:%d" % (k, j) * (j + 1) for j in range(k % 3 + 1)]
         start, size = ends[p], len(encode_message_set(payloads))
         ends[p] += size
         logged[p] += payloads
+        boundaries[p].add(ends[p])
         if k % 5 == 0:
             calls.append(conn.produce(topic, p, payloads, confirm=True))
-            expected.append(("confirm", ends[p]))
-            frames += 2  # the produce and its OFFSETS probe
+            expected.append(("confirm", (p, ends[p])))
+            frames += 1
+            confirms += 1  # and a reading behind it, or shared with the next
             if p not in confirmed:
                 confirmed.add(p)
                 frames += 1  # the partition's first: an OFFSETS probe in front (its base)
@@ -137,7 +182,14 @@ async def test_hundreds_of_interleaved_requests_are_each_matched_to_their_answer
 
     assert len(answers) == len(expected) > 400
     for i, (answer, (kind, want)) in enumerate(zip(answers, expected, strict=True)):
-        if kind in ("confirm", "produce", "offsets"):
+        if kind == "confirm":
+            # The log end a reading behind the produce saw: the produce's own end, or
+            # that of a produce queued after it (produces queued while a reading is under
+            # way share the next one).
+            p, end = want
+            assert answer in boundaries[p], (i, kind, answer)
+            assert answer >= end, (i, kind, answer, end)
+        elif kind in ("produce", "offsets"):
             assert answer == want, (i, kind)
         elif kind == "fetch":
             start, payloads, offsets, size = want
@@ -156,7 +208,9 @@ async def test_hundreds_of_interleaved_requests_are_each_matched_to_their_answer
             # One byte of partition 1: a partial first message, returned as error 0.
             assert second.error_code == 0
             assert len(second.message_set) == 1
-    assert conn.requests_sent == frames
+    # Each partition's confirmed produces had at least one reading behind them, and at
+    # most one each.
+    assert frames + 2 <= conn.requests_sent <= frames + confirms
     assert conn.in_flight == 0
     await conn.close()
     assert conn.closed
