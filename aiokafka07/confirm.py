@@ -38,13 +38,16 @@ learns first (a FETCH of a partition past the last is answered WrongPartition, Â
 produce to the partition and a point after this request, the partition's log, as the
 broker lets consumers read it, grew by at least every byte this connection wrote to it
 with confirm up to and including this request (requests already reported failed
-excepted). With one writer per partition, every byte of the request is in the log and
-readable. With other writers, their bytes count too: a dropped request can be covered by
-at least as many bytes that others appended meanwhile (or had appended, not yet flushed,
-when the base was read), so confirm then proves that the log grew by that much, not
-whose bytes it holds.
-No 0.7 request can say more. Produces without confirm on the same connection count as
-others.
+excepted). It proves that the log grew by that much, not whose bytes it holds: bytes
+appended after the request and flushed by the time of the reading count too, whether
+other writers' or this connection's own later produces. A dropped request is therefore
+caught only while fewer bytes than its own have been appended after it and shown by a
+reading; a producer that keeps writing covers a dropped request with its own later
+bytes within a few requests, and the later requests, whose bytes the ledger then counts
+twice, fail instead (``processed``, ``maybe_delivered``). Checking every message against
+``max_message_size`` before the wire, with the client's limit no higher than the
+broker's ``max.message.size`` (the defaults are equal), is what keeps a broker from
+dropping any. Produces without confirm on the same connection count as others.
 
 **Processed, then confirmed.** The answer to the first probe behind a produce proves
 the broker processed it, long before a flush may prove it appended: a caller passes
