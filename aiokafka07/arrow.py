@@ -1,0 +1,263 @@
+"""The Arrow C data interface, written with ctypes: no pyarrow needed to export.
+
+:class:`~aiokafka07.RecordBatch` hands its columns to Arrow consumers (pyarrow, polars,
+duckdb, nanoarrow) through the Arrow PyCapsule interface: an ``ArrowSchema`` and an
+``ArrowArray`` struct (https://arrow.apache.org/docs/format/CDataInterface.html), each in
+a capsule named ``"arrow_schema"`` / ``"arrow_array"``. The structs point straight at the
+batch's buffers, so the consumer reads them without a copy.
+
+Lifetimes, as the spec requires. A struct's ``release`` callback is :func:`_release_schema`
+or :func:`_release_array`; its ``private_data`` is a key into :data:`_KEEP`, which holds
+everything the struct points to (strings, pointer arrays, children, and the objects owning
+the buffers: a buffer stays alive, and its bytearray cannot be resized, until the
+consumer calls ``release``). A consumer *moves* a struct out of its capsule (copies it,
+sets the original's ``release`` to NULL) and releases its copy whenever it likes, maybe
+long after the capsule is gone: so the capsule owns only the struct's own memory
+(:data:`_CAPSULES`), and its destructor releases the struct only if nobody moved it.
+Children have their own release and key, so a child moved out on its own outlives its
+parent; a parent's release releases the children still in place.
+
+ctypes callbacks take the GIL themselves, so a consumer may release from any thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ArrowArray",
+    "ArrowSchema",
+    "Field",
+    "array_capsule",
+    "schema_capsule",
+]
+
+#: ``ArrowSchema.flags``: the field may hold nulls (none of ours do).
+FLAG_NULLABLE = 2
+
+SCHEMA_NAME = b"arrow_schema"
+ARRAY_NAME = b"arrow_array"
+
+
+class ArrowSchema(ctypes.Structure):
+    """``struct ArrowSchema`` (pointers as ``c_void_p``: they point into :data:`_KEEP`)."""
+
+    _fields_ = [
+        ("format", ctypes.c_void_p),
+        ("name", ctypes.c_void_p),
+        ("metadata", ctypes.c_void_p),
+        ("flags", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+class ArrowArray(ctypes.Structure):
+    """``struct ArrowArray``."""
+
+    _fields_ = [
+        ("length", ctypes.c_int64),
+        ("null_count", ctypes.c_int64),
+        ("offset", ctypes.c_int64),
+        ("n_buffers", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("buffers", ctypes.c_void_p),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+_RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+#: What the structs exported and not yet released point to, by ``private_data`` key.
+_KEEP: dict[int, list[Any]] = {}
+#: The memory of the structs inside live capsules, by address.
+_CAPSULES: dict[int, ctypes.Structure] = {}
+_keys = itertools.count(1)
+#: Where an empty buffer points: Arrow wants a non-NULL, aligned pointer.
+_EMPTY = (ctypes.c_int64 * 8)()
+
+
+def _children(address: int, n: int) -> list[int]:
+    return list((ctypes.c_void_p * n).from_address(address)) if n else []
+
+
+@_RELEASE
+def _release_schema(address: int) -> None:
+    schema = ArrowSchema.from_address(address)
+    for child in _children(schema.children or 0, schema.n_children):
+        release = ArrowSchema.from_address(child).release
+        if release:
+            _RELEASE(release)(child)
+    _KEEP.pop(schema.private_data or 0, None)
+    schema.release = None
+
+
+@_RELEASE
+def _release_array(address: int) -> None:
+    array = ArrowArray.from_address(address)
+    for child in _children(array.children or 0, array.n_children):
+        release = ArrowArray.from_address(child).release
+        if release:
+            _RELEASE(release)(child)
+    _KEEP.pop(array.private_data or 0, None)
+    array.release = None
+
+
+def _destroy(kind: type[ctypes.Structure], name: bytes) -> Any:
+    @_DESTRUCTOR
+    def destroy(capsule: int) -> None:
+        address = _capsule_pointer(capsule, name)
+        if address:
+            struct_ = kind.from_address(address)
+            release = struct_.release  # type: ignore[attr-defined]
+            if release:  # not moved out by a consumer: release it here
+                _RELEASE(release)(address)
+            _CAPSULES.pop(address, None)
+
+    return destroy
+
+
+_destroy_schema = _destroy(ArrowSchema, SCHEMA_NAME)
+_destroy_array = _destroy(ArrowArray, ARRAY_NAME)
+
+
+def _capsule(struct_: ctypes.Structure, name: bytes, destroy: Any) -> object:
+    address = ctypes.addressof(struct_)
+    _CAPSULES[address] = struct_
+    capsule: object = _capsule_new(address, name, destroy)
+    return capsule
+
+
+def _string(text: str, keep: list[Any]) -> int:
+    buffer = ctypes.create_string_buffer(text.encode())
+    keep.append(buffer)
+    return ctypes.addressof(buffer)
+
+
+def _metadata(pairs: dict[str, str], keep: list[Any]) -> int | None:
+    """Arrow's binary key-value encoding (int32 count, then int32 length + bytes each)."""
+    if not pairs:
+        return None
+    out = [struct.pack("=i", len(pairs))]
+    for key, value in pairs.items():
+        for text in (key.encode(), value.encode()):
+            out += [struct.pack("=i", len(text)), text]
+    buffer = ctypes.create_string_buffer(b"".join(out))
+    keep.append(buffer)
+    return ctypes.addressof(buffer)
+
+
+def _pointers(addresses: Sequence[int | None], keep: list[Any]) -> int | None:
+    if not addresses:
+        return None
+    array = (ctypes.c_void_p * len(addresses))(*addresses)
+    keep.append(array)
+    return ctypes.addressof(array)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: its name, its Arrow format string (``"l"`` int64, ``"i"`` int32,
+    ``"z"`` binary), and its buffers after the (absent) validity bitmap, as writable
+    buffers (bytearrays or memoryviews of them) that stay alive while exported."""
+
+    name: str
+    format: str
+    buffers: tuple[Any, ...]
+
+
+def buffer_address(buffer: Any, keep: list[Any]) -> int:
+    """The address of ``buffer``'s first byte (a ctypes view of it, kept in ``keep``,
+    holds an export of it: a bytearray under it cannot be resized meanwhile)."""
+    size = memoryview(buffer).nbytes
+    if not size:
+        return ctypes.addressof(_EMPTY)
+    view = (ctypes.c_char * size).from_buffer(buffer)
+    keep.append(view)
+    return ctypes.addressof(view)
+
+
+def _schema(name: str, format_: str, metadata: dict[str, str], children: list[ArrowSchema]) -> ArrowSchema:
+    keep: list[Any] = []
+    key = next(_keys)
+    schema = ArrowSchema(
+        format=_string(format_, keep),
+        name=_string(name, keep),
+        metadata=_metadata(metadata, keep),
+        flags=0,
+        n_children=len(children),
+        children=_pointers([ctypes.addressof(c) for c in children], keep),
+        dictionary=None,
+        release=ctypes.cast(_release_schema, ctypes.c_void_p).value,
+        private_data=key,
+    )
+    keep += children
+    _KEEP[key] = keep
+    return schema
+
+
+def schema_capsule(fields: Sequence[Field], metadata: dict[str, str]) -> object:
+    """An ``"arrow_schema"`` capsule: a struct (``"+s"``) of ``fields``, none nullable,
+    with ``metadata`` on the struct."""
+    children = [_schema(f.name, f.format, {}, []) for f in fields]
+    return _capsule(_schema("", "+s", metadata, children), SCHEMA_NAME, _destroy_schema)
+
+
+def _array(
+    length: int, offset: int, buffers: list[int | None], children: list[ArrowArray], owners: list[Any]
+) -> ArrowArray:
+    keep: list[Any] = list(owners)
+    key = next(_keys)
+    array = ArrowArray(
+        length=length,
+        null_count=0,
+        offset=offset,
+        n_buffers=len(buffers),
+        n_children=len(children),
+        buffers=_pointers(buffers, keep),
+        children=_pointers([ctypes.addressof(c) for c in children], keep),
+        dictionary=None,
+        release=ctypes.cast(_release_array, ctypes.c_void_p).value,
+        private_data=key,
+    )
+    keep += children
+    _KEEP[key] = keep
+    return array
+
+
+def array_capsule(fields: Sequence[Field], length: int, offset: int, owner: object) -> object:
+    """An ``"arrow_array"`` capsule: a struct array of ``length`` rows whose children are
+    ``fields``' buffers from row ``offset`` on (no copy); ``owner`` (the batch) is kept
+    alive until the consumer releases the array."""
+    children = []
+    for field in fields:
+        keep: list[Any] = [owner]
+        addresses: list[int | None] = [None]  # no validity bitmap: nothing is null
+        addresses += [buffer_address(b, keep) for b in field.buffers]
+        children.append(_array(length, offset, addresses, [], keep))
+    top = _array(length, 0, [None], children, [owner])
+    return _capsule(top, ARRAY_NAME, _destroy_array)
+
+
+def exported() -> int:
+    """How many exported structs are not released yet (for tests and leak checks)."""
+    return len(_KEEP)
