@@ -80,12 +80,14 @@ class ArrowArray(ctypes.Structure):
 _RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR]
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+# Function objects of our own (``ctypes.pythonapi.X`` is one shared object whose argtypes
+# anyone may set), called with the GIL held.
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
 
 #: What the structs exported and not yet released point to, by ``private_data`` key.
 _KEEP: dict[int, list[Any]] = {}
@@ -100,7 +102,6 @@ def _children(address: int, n: int) -> list[int]:
     return list((ctypes.c_void_p * n).from_address(address)) if n else []
 
 
-@_RELEASE
 def _release_schema(address: int) -> None:
     schema = ArrowSchema.from_address(address)
     for child in _children(schema.children or 0, schema.n_children):
@@ -111,7 +112,6 @@ def _release_schema(address: int) -> None:
     schema.release = None
 
 
-@_RELEASE
 def _release_array(address: int) -> None:
     array = ArrowArray.from_address(address)
     for child in _children(array.children or 0, array.n_children):
@@ -123,19 +123,21 @@ def _release_array(address: int) -> None:
 
 
 def _destroy(kind: type[ctypes.Structure], name: bytes) -> Any:
-    @_DESTRUCTOR
     def destroy(capsule: int) -> None:
         address = _capsule_pointer(capsule, name)
         if address:
             struct_ = kind.from_address(address)
-            release = struct_.release  # type: ignore[attr-defined]
+            release = struct_.release
             if release:  # not moved out by a consumer: release it here
                 _RELEASE(release)(address)
             _CAPSULES.pop(address, None)
 
-    return destroy
+    return _DESTRUCTOR(destroy)
 
 
+#: The C function pointers of the callbacks (alive as long as the module).
+_SCHEMA_RELEASE = _RELEASE(_release_schema)
+_ARRAY_RELEASE = _RELEASE(_release_array)
 _destroy_schema = _destroy(ArrowSchema, SCHEMA_NAME)
 _destroy_array = _destroy(ArrowArray, ARRAY_NAME)
 
@@ -196,7 +198,9 @@ def buffer_address(buffer: Any, keep: list[Any]) -> int:
     return ctypes.addressof(view)
 
 
-def _schema(name: str, format_: str, metadata: dict[str, str], children: list[ArrowSchema]) -> ArrowSchema:
+def _schema(
+    name: str, format_: str, metadata: dict[str, str], children: list[ArrowSchema]
+) -> ArrowSchema:
     keep: list[Any] = []
     key = next(_keys)
     schema = ArrowSchema(
@@ -207,7 +211,7 @@ def _schema(name: str, format_: str, metadata: dict[str, str], children: list[Ar
         n_children=len(children),
         children=_pointers([ctypes.addressof(c) for c in children], keep),
         dictionary=None,
-        release=ctypes.cast(_release_schema, ctypes.c_void_p).value,
+        release=ctypes.cast(_SCHEMA_RELEASE, ctypes.c_void_p).value,
         private_data=key,
     )
     keep += children
@@ -223,7 +227,11 @@ def schema_capsule(fields: Sequence[Field], metadata: dict[str, str]) -> object:
 
 
 def _array(
-    length: int, offset: int, buffers: list[int | None], children: list[ArrowArray], owners: list[Any]
+    length: int,
+    offset: int,
+    buffers: list[int | None],
+    children: list[ArrowArray],
+    owners: list[Any],
 ) -> ArrowArray:
     keep: list[Any] = list(owners)
     key = next(_keys)
@@ -236,7 +244,7 @@ def _array(
         buffers=_pointers(buffers, keep),
         children=_pointers([ctypes.addressof(c) for c in children], keep),
         dictionary=None,
-        release=ctypes.cast(_release_array, ctypes.c_void_p).value,
+        release=ctypes.cast(_ARRAY_RELEASE, ctypes.c_void_p).value,
         private_data=key,
     )
     keep += children
