@@ -10,15 +10,16 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import itertools
 import struct
 from typing import Any
 
 import pytest
 
 from aiokafka07 import ConsumerRecord, Producer, RecordBatch, SimpleConsumer, arrow
+from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.errors import ConsumerStoppedError, IllegalStateError
 from aiokafka07.group.consumer import Consumer
-from aiokafka07.connection import BrokerAddress, BrokerConnection
 from aiokafka07.protocol import LATEST, decode_message_set, encode_message_set, encode_wrapper
 from aiokafka07.protocol.columns import MessageColumns, decode_columns_into
 from aiokafka07.record_batch import FetchedColumns
@@ -318,7 +319,7 @@ async def test_simple_consumer_record_batches_match_its_messages(
             assert [(o, v) for o, _, v in rows(batches)] == [(m.offset, m.value) for m in messages]
             assert [v for _, _, v in rows(batches)] == values
             assert batches[-1].next_offset == end
-            for before, after in zip(batches, batches[1:]):
+            for before, after in itertools.pairwise(batches):
                 assert after.base_offset == before.next_offset
             pairs = [(o, s) for o, s, _ in rows(batches)]
             assert pairs == sorted(set(pairs))
@@ -354,17 +355,21 @@ def test_a_batch_reads_like_the_record_decoder_without_arrow() -> None:
     assert len(batch) == len(expected) == 8
     assert list(batch.offsets) == [m.offset for m in expected]
     assert list(batch.values) == [m.value for m in expected]
-    assert batch.values[-1] == b"last" and batch.values[1] == b""
+    assert batch.values[-1] == b"last"
+    assert batch.values[1] == b""
     assert bytes(batch.values.view(0)) == b"plain-1"
     # gz wrapper: its first two messages report its start (1, 2), the last its end (0).
     assert list(batch.offset_seqs) == [0, 0, 1, 2, 0, 1, 0, 0]
-    assert batch.offsets.readonly and batch.offsets.format == "q"
+    assert batch.offsets.readonly
+    assert batch.offsets.format == "q"
     part = columns.batch(3, 6)
     assert list(part.values) == [b"gz-b", b"gz-c", b"sn-a"]
-    assert part.base_offset == batch.offsets[2] and part.last_offset == batch.offsets[5]
+    assert part.base_offset == batch.offsets[2]
+    assert part.last_offset == batch.offsets[5]
     assert list(part.offset_seqs) == [2, 0, 1]  # as in the whole fetch
     empty = columns.batch(4, 4)
-    assert len(empty) == 0 and empty.last_offset is None
+    assert len(empty) == 0
+    assert empty.last_offset is None
     assert empty.next_offset == empty.base_offset == batch.offsets[3]
     with pytest.raises(IndexError):
         columns.batch(5, 9)
@@ -406,7 +411,8 @@ def test_the_capsules_read_through_ctypes_point_at_the_batch_buffers() -> None:
     batch = columns.batch(2, 7)
     schema_capsule, array_capsule = batch.__arrow_c_array__()
     schema = arrow.ArrowSchema.from_address(_capsule_pointer(schema_capsule, b"arrow_schema"))
-    assert ctypes.string_at(schema.format) == b"+s" and schema.n_children == 3
+    assert ctypes.string_at(schema.format) == b"+s"
+    assert schema.n_children == 3
     assert _metadata(schema.metadata) == {b"topic": TOPIC.encode(), b"broker_id": b"3",
                                           b"partition": b"1"}  # fmt: skip
     children = (ctypes.c_void_p * 3).from_address(schema.children)
@@ -433,14 +439,15 @@ def test_the_capsules_read_through_ctypes_point_at_the_batch_buffers() -> None:
     offsets = struct.unpack("=7q", ctypes.string_at(buffers[0][1], 56))[2:]
     assert list(offsets) == list(batch.offsets)
     ends = struct.unpack("=8i", ctypes.string_at(buffers[2][1], 32))[2:]
-    values = [ctypes.string_at(buffers[2][2] + a, b - a) for a, b in zip(ends, ends[1:])]
+    values = [ctypes.string_at(buffers[2][2] + a, b - a) for a, b in itertools.pairwise(ends)]
     assert values == list(batch.values)
     assert arrow.exported() > baseline
     # The consumer releases: everything held is let go, release becomes NULL.
     release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
     release(array.release)(ctypes.addressof(array))
     release(schema.release)(ctypes.addressof(schema))
-    assert array.release is None and schema.release is None
+    assert array.release is None
+    assert schema.release is None
     assert arrow.exported() == baseline  # the children were released with their parent
     del schema_capsule, array_capsule, schema, array, kids, fields
     gc.collect()
@@ -487,7 +494,8 @@ def test_pyarrow_takes_a_batch_without_a_copy() -> None:
     empty = pa.record_batch(
         RecordBatch.from_records([], topic=TOPIC, broker_id=None, partition=0, base_offset=7)
     )
-    assert empty.num_rows == 0 and empty.schema.metadata[b"broker_id"] == b""
+    assert empty.num_rows == 0
+    assert empty.schema.metadata[b"broker_id"] == b""
 
 
 async def test_pyarrow_reads_consumer_batches_in_place(kafka_cluster: Any, zookeeper: str) -> None:
