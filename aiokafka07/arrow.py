@@ -31,10 +31,12 @@ from typing import Any
 
 __all__ = [
     "ArrowArray",
+    "ArrowArrayStream",
     "ArrowSchema",
     "Field",
     "array_capsule",
     "schema_capsule",
+    "stream_capsule",
 ]
 
 #: ``ArrowSchema.flags``: the field may hold nulls (none of ours do).
@@ -256,16 +258,118 @@ def array_capsule(fields: Sequence[Field], length: int, offset: int, owner: obje
     """An ``"arrow_array"`` capsule: a struct array of ``length`` rows whose children are
     ``fields``' buffers from row ``offset`` on (no copy); ``owner`` (the batch) is kept
     alive until the consumer releases the array."""
+    return _capsule(_struct_array(fields, length, offset, owner), ARRAY_NAME, _destroy_array)
+
+
+def _struct_array(fields: Sequence[Field], length: int, offset: int, owner: object) -> ArrowArray:
     children = []
     for field in fields:
         keep: list[Any] = [owner]
         addresses: list[int | None] = [None]  # no validity bitmap: nothing is null
         addresses += [buffer_address(b, keep) for b in field.buffers]
         children.append(_array(length, offset, addresses, [], keep))
-    top = _array(length, 0, [None], children, [owner])
-    return _capsule(top, ARRAY_NAME, _destroy_array)
+    return _array(length, 0, [None], children, [owner])
+
+
+class ArrowArrayStream(ctypes.Structure):
+    """``struct ArrowArrayStream`` (callbacks as ``c_void_p``)."""
+
+    _fields_ = [
+        ("get_schema", ctypes.c_void_p),
+        ("get_next", ctypes.c_void_p),
+        ("get_last_error", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+STREAM_NAME = b"arrow_array_stream"
+
+
+@dataclass
+class _Stream:
+    """What a stream of one array hands out: its schema any number of times, its array
+    once, then the end."""
+
+    fields: Sequence[Field]
+    metadata: dict[str, str]
+    length: int
+    offset: int
+    owner: object
+    done: bool = False
+
+
+_STREAMS: dict[int, _Stream] = {}
+
+
+def _move(struct_: ctypes.Structure, out: int) -> None:
+    """Move a struct built here to ``out`` (the consumer's): its memory is then the
+    consumer's, what it points to stays in :data:`_KEEP` until it is released."""
+    ctypes.memmove(out, ctypes.addressof(struct_), ctypes.sizeof(struct_))
+
+
+def _stream_get_schema(address: int, out: int) -> int:
+    stream = _STREAMS.get(ArrowArrayStream.from_address(address).private_data or 0)
+    if stream is None:
+        return 22  # EINVAL: released
+    children = [_schema(f.name, f.format, {}, []) for f in stream.fields]
+    _move(_schema("", "+s", stream.metadata, children), out)
+    return 0
+
+
+def _stream_get_next(address: int, out: int) -> int:
+    stream = _STREAMS.get(ArrowArrayStream.from_address(address).private_data or 0)
+    if stream is None:
+        return 22
+    if stream.done:  # the end: a released array
+        ctypes.memset(out, 0, ctypes.sizeof(ArrowArray))
+        return 0
+    stream.done = True
+    _move(_struct_array(stream.fields, stream.length, stream.offset, stream.owner), out)
+    return 0
+
+
+def _stream_last_error(address: int) -> int | None:
+    return None
+
+
+def _release_stream(address: int) -> None:
+    stream = ArrowArrayStream.from_address(address)
+    _STREAMS.pop(stream.private_data or 0, None)
+    stream.release = None
+
+
+_GET_SCHEMA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(_stream_get_schema)
+_GET_NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(_stream_get_next)
+_LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(_stream_last_error)
+_STREAM_RELEASE = _RELEASE(_release_stream)
+_destroy_stream = _destroy(ArrowArrayStream, STREAM_NAME)
+
+
+def stream_capsule(
+    fields: Sequence[Field], metadata: dict[str, str], length: int, offset: int, owner: object
+) -> object:
+    """An ``"arrow_array_stream"`` capsule of one struct array (as :func:`array_capsule`
+    builds it, when the consumer asks for it), for consumers that read streams (polars,
+    duckdb, ``pyarrow.RecordBatchReader.from_stream``)."""
+    key = next(_keys)
+    _STREAMS[key] = _Stream(fields, metadata, length, offset, owner)
+
+    def address(function: Any) -> int | None:
+        value: int | None = ctypes.cast(function, ctypes.c_void_p).value
+        return value
+
+    stream = ArrowArrayStream(
+        get_schema=address(_GET_SCHEMA),
+        get_next=address(_GET_NEXT),
+        get_last_error=address(_LAST_ERROR),
+        release=address(_STREAM_RELEASE),
+        private_data=key,
+    )
+    return _capsule(stream, STREAM_NAME, _destroy_stream)
 
 
 def exported() -> int:
-    """How many exported structs are not released yet (for tests and leak checks)."""
-    return len(_KEEP)
+    """How many exported structs and streams are not released yet (for tests and leak
+    checks)."""
+    return len(_KEEP) + len(_STREAMS)

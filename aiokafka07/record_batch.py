@@ -193,7 +193,8 @@ class RecordBatch:
     ``topic``, ``broker_id`` and ``partition`` are attributes. No Python object is built
     per message: :attr:`offsets` and :attr:`offset_seqs` are memoryviews of int64 / int32,
     :attr:`values` reads values on demand, and Arrow consumers take the columns through the
-    PyCapsule interface (``__arrow_c_schema__``, ``__arrow_c_array__``) without a copy:
+    PyCapsule interface (``__arrow_c_schema__``, ``__arrow_c_array__``,
+    ``__arrow_c_stream__``) without a copy:
     ``pyarrow.record_batch(batch)``, ``pyarrow.table(batch)``, polars, duckdb. The Arrow
     schema is a struct of the three columns (none nullable), with ``topic``,
     ``broker_id`` and ``partition`` in its metadata.
@@ -335,6 +336,11 @@ class RecordBatch:
             arrow.schema_capsule(fields, self._metadata()),
             arrow.array_capsule(fields, len(self), self._start, self),
         )
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """An ``"arrow_array_stream"`` capsule handing out the batch as one struct array
+        (no copy), for consumers that read streams (polars, duckdb)."""
+        return arrow.stream_capsule(self._fields(), self._metadata(), len(self), self._start, self)
 
     def buffer_addresses(self) -> dict[str, int]:
         """Where the columns' data buffers start in memory (an exported array points

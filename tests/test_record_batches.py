@@ -515,3 +515,38 @@ async def test_pyarrow_reads_consumer_batches_in_place(kafka_cluster: Any, zooke
                 assert t.column("value").buffers()[2].address == b.buffer_addresses()["value"]
             table = pa.Table.from_batches(tables)
             assert table.column("value").to_pylist() == of(values, tp)
+
+
+def test_the_stream_capsule_hands_out_the_batch_once_then_ends() -> None:
+    """``__arrow_c_stream__`` read through ctypes: the schema, one array pointing at the
+    batch's buffers, then the end (a released array); releasing frees everything."""
+    baseline = arrow.exported()
+    columns = sample_columns()
+    batch = columns.batch(1, 4)
+    capsule = batch.__arrow_c_stream__()
+    stream = arrow.ArrowArrayStream.from_address(_capsule_pointer(capsule, b"arrow_array_stream"))
+    call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    schema, array, end = arrow.ArrowSchema(), arrow.ArrowArray(), arrow.ArrowArray()
+    assert call(stream.get_schema)(ctypes.addressof(stream), ctypes.addressof(schema)) == 0
+    assert ctypes.string_at(schema.format) == b"+s"
+    assert schema.n_children == 3
+    assert call(stream.get_next)(ctypes.addressof(stream), ctypes.addressof(array)) == 0
+    assert (array.length, array.n_children) == (3, 3)
+    offsets = arrow.ArrowArray.from_address((ctypes.c_void_p * 3).from_address(array.children)[0])
+    assert offsets.offset == 1
+    data = (ctypes.c_void_p * 2).from_address(offsets.buffers)[1]
+    assert data == batch.buffer_addresses()["offset"]
+    assert call(stream.get_next)(ctypes.addressof(stream), ctypes.addressof(end)) == 0
+    assert end.release is None  # the end of the stream
+    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    for struct_ in (array, schema, stream):
+        release(struct_.release)(ctypes.addressof(struct_))
+        assert struct_.release is None
+    assert arrow.exported() == baseline
+    pa = pytest.importorskip("pyarrow")
+    table = pa.RecordBatchReader.from_stream(batch).read_all()
+    assert table.column("value").to_pylist() == list(batch.values)
+    assert table.column("value").chunk(0).buffers()[2].address == batch.buffer_addresses()["value"]
+    del capsule, table
+    gc.collect()
+    assert arrow.exported() == baseline
