@@ -26,7 +26,7 @@ from . import arrow
 from .protocol.columns import MessageColumns
 from .records import ConsumerRecord
 
-__all__ = ["BatchValues", "FetchedColumns", "RecordBatch", "offset_seq"]
+__all__ = ["BatchValues", "FetchedColumns", "RecordBatch", "offset_at", "offset_seq"]
 
 
 def offset_seq(offsets: Sequence[int], fetched_at: int) -> array[int]:
@@ -139,6 +139,15 @@ class FetchedColumns(Sequence[ConsumerRecord]):
     def batch(self, start: int, stop: int) -> RecordBatch:
         """Messages ``start:stop`` as a :class:`RecordBatch` (no copy)."""
         return RecordBatch(self, start, stop)
+
+
+def offset_at(records: Sequence[ConsumerRecord], index: int) -> int:
+    """The offset of ``records[index]``, read from the columns without building the
+    record (and copying its value) when ``records`` are :class:`FetchedColumns`."""
+    if isinstance(records, FetchedColumns):
+        offset: int = records.offsets[index]
+        return offset
+    return records[index].offset
 
 
 class BatchValues(Sequence[bytes]):

@@ -18,7 +18,7 @@ import pytest
 
 from aiokafka07 import ConsumerRecord, Producer, RecordBatch, SimpleConsumer, arrow
 from aiokafka07.connection import BrokerAddress, BrokerConnection
-from aiokafka07.errors import ConsumerStoppedError, IllegalStateError
+from aiokafka07.errors import ConsumerStoppedError, IllegalStateError, InvalidMessageError
 from aiokafka07.group.consumer import Consumer
 from aiokafka07.protocol import LATEST, decode_message_set, encode_message_set, encode_wrapper
 from aiokafka07.protocol.columns import MessageColumns, decode_columns_into
@@ -30,11 +30,13 @@ from .groups import (
     ONE_BY_TWO,
     TOPIC,
     committed_offsets,
+    flip_payload_byte,
     log_ends,
     member,
     partitions_of,
     produce,
     source_of,
+    value_for,
     wait_converged,
     wait_registered,
 )
@@ -271,6 +273,39 @@ async def test_a_second_member_joining_loses_and_repeats_nothing(
             assert await committed_offsets(zk, "g", TOPIC) == {k: str(v) for k, v in ends.items()}
         finally:
             await asyncio.gather(first.close(), second.close())
+
+
+async def test_a_corrupt_entry_comes_after_the_good_batch_once(
+    kafka_cluster: Any, zookeeper: str
+) -> None:
+    """The messages before a corrupt entry come as a batch, then the error once, then
+    nothing until a seek; the same after a seek, when the fetch was decoded into columns."""
+    tp = TopicPartition(TOPIC, 0, 0)
+    async with (
+        kafka_cluster(1, num_partitions=1) as cluster,
+        Producer(zookeeper=zookeeper) as producer,
+        ZooKeeper(zookeeper) as zk,
+    ):
+        values = []
+        for i in range(5):  # one entry each
+            values.append(value_for("k", 0, 0, i))
+            await producer.send_and_wait(TOPIC, values[-1], partition=(0, 0))
+        await wait_registered(zk, TOPIC, {0: 1})
+        entry = 4 + 6 + len(values[0])
+        flip_payload_byte(cluster, TOPIC, 0, 2 * entry)
+        async with member(zookeeper, auto_commit=False) as consumer:
+            for _ in range(2):  # as fetched (records or columns), then after a seek (columns)
+                first = await consumer.getmany_batches(timeout_ms=5000)
+                assert list(first[tp].values) == values[:2]
+                assert first[tp].last_offset == 2 * entry
+                with pytest.raises(InvalidMessageError, match=rf"{TOPIC}/0-0.* {2 * entry}"):
+                    await consumer.getmany_batches(timeout_ms=5000)
+                assert await consumer.position(tp) == 2 * entry
+                assert await consumer.getmany_batches(timeout_ms=200) == {}
+                consumer.seek(tp, 0)
+            consumer.seek(tp, 3 * entry)  # past the corrupt entry: the rest
+            rest = await drain_batches(consumer, 2)
+            assert [v for b in rest[tp] for v in b.values] == values[3:]
 
 
 async def test_getmany_batches_refuses_what_it_cannot_hand_out(

@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Container, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import ConsumerStoppedError
+from ..record_batch import offset_at
 from ..records import ConsumerRecord, TopicPartition
 from ..timeouts import wait_for
 
@@ -343,7 +344,7 @@ class Stream:
         state = chunk.state
         if state is not None and state.reading is chunk:
             if chunk.pos:
-                state.consumed = chunk.records[chunk.pos - 1].offset
+                state.consumed = offset_at(chunk.records, chunk.pos - 1)
             state.reading = None
 
     def _release(self, size: int) -> None:
