@@ -23,28 +23,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 from . import arrow
+from .protocol import _accel
 from .protocol.columns import MessageColumns
 from .records import ConsumerRecord
 
-__all__ = ["BatchValues", "FetchedColumns", "RecordBatch", "offset_at", "offset_seq"]
-
-
-def offset_seq(offsets: Sequence[int], fetched_at: int) -> array[int]:
-    """``offset_seq`` of messages decoded from a fetch at ``fetched_at`` (an entry
-    boundary), in log order, given their 0.7.2 offsets (as the Spark source defines it):
-    0 for a message that ends its entry, 1, 2, ... for the other messages of a compressed
-    wrapper, which share the wrapper's start as their offset. ``(offset, offset_seq)`` is
-    then unique, in log order, within a partition. Equal offsets are contiguous; the first
-    of a run ends its entry (0) unless the run is at the fetch position itself, where only
-    a wrapper's messages report it."""
-    out = array("i")
-    previous = -1
-    start = 0
-    for index, offset in enumerate(offsets):
-        if offset != previous:
-            previous, start = offset, index
-        out.append(index - start + (offset == fetched_at))
-    return out
+__all__ = ["BatchValues", "FetchedColumns", "RecordBatch", "offset_at"]
 
 
 class FetchedColumns(Sequence[ConsumerRecord]):
@@ -123,10 +106,11 @@ class FetchedColumns(Sequence[ConsumerRecord]):
 
     @property
     def offset_seq(self) -> memoryview:
-        """``offset_seq`` of every message (int32; see :func:`offset_seq`), computed on
-        first use."""
+        """``offset_seq`` of every message (int32, computed on first use): 0 for a message
+        that ends its entry, 1, 2, ... for the others of a compressed wrapper (see
+        ``offset_seq`` in ``protocol/_pure.py``)."""
         if self._seq is None:
-            self._seq = bytearray(offset_seq(self.offsets, self.base).tobytes())
+            self._seq = _accel.impl.offset_seq(self._buffers[0], self.base)
         return memoryview(self._seq).cast("i")
 
     def count_within(self, start: int, stop: int, budget: int) -> int:

@@ -11,7 +11,9 @@ import asyncio
 import ctypes
 import gc
 import itertools
+import random
 import struct
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -585,3 +587,36 @@ def test_the_stream_capsule_hands_out_the_batch_once_then_ends() -> None:
     del capsule, table
     gc.collect()
     assert arrow.exported() == baseline
+
+
+def test_offset_seq_follows_the_entries_on_both_implementations(impl: ModuleType) -> None:
+    """``offset_seq`` from the offsets alone matches the entries they came from: 0 for a
+    plain message and a wrapper's last, 1, 2, ... for a wrapper's others; the same from
+    any fetch position that is an entry boundary."""
+    rng = random.Random(38)
+    for _ in range(50):
+        parts, expected = [], []
+        for _ in range(rng.randrange(1, 8)):
+            count = rng.randrange(1, 5)
+            payloads = [rng.randbytes(rng.randrange(0, 9)) for _ in range(count)]
+            if rng.random() < 0.5:
+                parts.append(encode_message_set(payloads))
+                expected += [0] * count
+            else:
+                codec = rng.choice(["gzip", "snappy"])
+                parts.append(encode_wrapper(codec, encode_message_set(payloads)))
+                expected += [*range(1, count), 0]
+        base = rng.choice([0, 1000])
+        columns = MessageColumns()
+        decode_columns_into(columns, b"".join(parts), base)
+        got = impl.offset_seq(columns.offsets, base)
+        assert list(memoryview(got).cast("i")) == expected
+        # From the second entry's start (a later fetch): the same for what follows.
+        if len(parts) > 1:
+            rest = MessageColumns()
+            decode_columns_into(rest, b"".join(parts[1:]), base + len(parts[0]))
+            tail = impl.offset_seq(rest.offsets, base + len(parts[0]))
+            assert list(memoryview(tail).cast("i")) == expected[-len(rest) :]
+    assert impl.offset_seq(b"", 0) == bytearray()
+    with pytest.raises(ValueError, match="int64"):
+        impl.offset_seq(b"1234567", 0)

@@ -932,6 +932,52 @@ speedups_java_string_hash(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromLong((long)(int32_t)h);
 }
 
+/* offset_seq(offsets, fetched_at) -> bytearray: for native int64 offsets of messages
+ * decoded from a fetch at fetched_at (an entry boundary), in log order, one native int32
+ * each: 0 for a message that ends its entry, 1, 2, ... for the other messages of a
+ * compressed wrapper, which report the wrapper's start (equal offsets are contiguous; a
+ * run at fetched_at itself holds only a wrapper's messages). See _pure.offset_seq. */
+static PyObject *
+speedups_offset_seq(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    long long fetched_at;
+    if (!PyArg_ParseTuple(args, "y*L", &view, &fetched_at))
+        return NULL;
+    if (view.len % 8) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "offsets must be whole int64s");
+        return NULL;
+    }
+    const Py_ssize_t n = view.len / 8;
+    if (n > INT32_MAX) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_OverflowError, "more than 2**31 offsets");
+        return NULL;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * 4);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const char *src = (const char *)view.buf;
+    char *dst = PyByteArray_AS_STRING(out);
+    int64_t previous = 0;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t offset;
+        memcpy(&offset, src + 8 * i, 8);
+        if (i == 0 || offset != previous) {
+            previous = offset;
+            start = i;
+        }
+        int32_t seq = (int32_t)(i - start + (offset == (int64_t)fetched_at));
+        memcpy(dst + 4 * i, &seq, 4);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"scan", speedups_scan, METH_VARARGS, "Decode plain messages of a message set from pos."},
     {"scan_columns", speedups_scan_columns, METH_VARARGS,
@@ -947,6 +993,8 @@ static PyMethodDef speedups_methods[] = {
     {"_crc_fold", speedups_crc_fold, METH_O,
      "Use the carry-less CRC fold where the CPU has it (tests); whether it was in use."},
     {"java_string_hash", speedups_java_string_hash, METH_O, "java.lang.String.hashCode of a str."},
+    {"offset_seq", speedups_offset_seq, METH_VARARGS,
+     "offset_seq (int32) of messages with these int64 offsets, fetched at fetched_at."},
     {NULL, NULL, 0, NULL},
 };
 
