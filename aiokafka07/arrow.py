@@ -1,4 +1,7 @@
-"""The Arrow C data interface, written with ctypes: no pyarrow needed to export.
+"""The Arrow C data interface, written with ctypes: the pure-Python twin of the C
+accelerator's ``arrow_schema`` / ``arrow_array`` / ``arrow_stream``
+(``protocol/_speedups.c``, chosen by ``protocol/_accel.py``). No pyarrow is needed to
+export.
 
 :class:`~aiokafka07.RecordBatch` hands its columns to Arrow consumers (pyarrow, polars,
 duckdb, nanoarrow) through the Arrow PyCapsule interface: an ``ArrowSchema`` and an
@@ -27,7 +30,7 @@ import itertools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "ArrowArray",
@@ -35,6 +38,7 @@ __all__ = [
     "ArrowSchema",
     "Field",
     "array_capsule",
+    "encode_metadata",
     "schema_capsule",
     "stream_capsule",
 ]
@@ -157,15 +161,22 @@ def _string(text: str, keep: list[Any]) -> int:
     return ctypes.addressof(buffer)
 
 
-def _metadata(pairs: dict[str, str], keep: list[Any]) -> int | None:
-    """Arrow's binary key-value encoding (int32 count, then int32 length + bytes each)."""
+def encode_metadata(pairs: dict[str, str]) -> bytes:
+    """Arrow's binary key-value encoding (int32 count, then int32 length + bytes each);
+    b"" for none."""
     if not pairs:
-        return None
+        return b""
     out = [struct.pack("=i", len(pairs))]
     for key, value in pairs.items():
         for text in (key.encode(), value.encode()):
             out += [struct.pack("=i", len(text)), text]
-    buffer = ctypes.create_string_buffer(b"".join(out))
+    return b"".join(out)
+
+
+def _metadata(metadata: bytes, keep: list[Any]) -> int | None:
+    if not metadata:
+        return None
+    buffer = ctypes.create_string_buffer(metadata, len(metadata))
     keep.append(buffer)
     return ctypes.addressof(buffer)
 
@@ -178,11 +189,11 @@ def _pointers(addresses: Sequence[int | None], keep: list[Any]) -> int | None:
     return ctypes.addressof(array)
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     """One column: its name, its Arrow format string (``"l"`` int64, ``"i"`` int32,
     ``"z"`` binary), and its buffers after the (absent) validity bitmap, as writable
-    buffers (bytearrays or memoryviews of them) that stay alive while exported."""
+    buffers (bytearrays) that stay alive, and cannot be resized, while exported. (A
+    tuple: the C twin in ``protocol/_speedups.c`` reads it as one.)"""
 
     name: str
     format: str
@@ -200,9 +211,7 @@ def buffer_address(buffer: Any, keep: list[Any]) -> int:
     return ctypes.addressof(view)
 
 
-def _schema(
-    name: str, format_: str, metadata: dict[str, str], children: list[ArrowSchema]
-) -> ArrowSchema:
+def _schema(name: str, format_: str, metadata: bytes, children: list[ArrowSchema]) -> ArrowSchema:
     keep: list[Any] = []
     key = next(_keys)
     schema = ArrowSchema(
@@ -221,10 +230,10 @@ def _schema(
     return schema
 
 
-def schema_capsule(fields: Sequence[Field], metadata: dict[str, str]) -> object:
+def schema_capsule(fields: Sequence[Field], metadata: bytes) -> object:
     """An ``"arrow_schema"`` capsule: a struct (``"+s"``) of ``fields``, none nullable,
-    with ``metadata`` on the struct."""
-    children = [_schema(f.name, f.format, {}, []) for f in fields]
+    with ``metadata`` (:func:`encode_metadata`) on the struct."""
+    children = [_schema(f.name, f.format, b"", []) for f in fields]
     return _capsule(_schema("", "+s", metadata, children), SCHEMA_NAME, _destroy_schema)
 
 
@@ -292,7 +301,7 @@ class _Stream:
     once, then the end."""
 
     fields: Sequence[Field]
-    metadata: dict[str, str]
+    metadata: bytes
     length: int
     offset: int
     owner: object
@@ -312,7 +321,7 @@ def _stream_get_schema(address: int, out: int) -> int:
     stream = _STREAMS.get(ArrowArrayStream.from_address(address).private_data or 0)
     if stream is None:
         return 22  # EINVAL: released
-    children = [_schema(f.name, f.format, {}, []) for f in stream.fields]
+    children = [_schema(f.name, f.format, b"", []) for f in stream.fields]
     _move(_schema("", "+s", stream.metadata, children), out)
     return 0
 
@@ -347,7 +356,7 @@ _destroy_stream = _destroy(ArrowArrayStream, STREAM_NAME)
 
 
 def stream_capsule(
-    fields: Sequence[Field], metadata: dict[str, str], length: int, offset: int, owner: object
+    fields: Sequence[Field], metadata: bytes, length: int, offset: int, owner: object
 ) -> object:
     """An ``"arrow_array_stream"`` capsule of one struct array (as :func:`array_capsule`
     builds it, when the consumer asks for it), for consumers that read streams (polars,

@@ -10,8 +10,10 @@ records from it as from a list when the application mixes ``getmany`` and
 
 :class:`RecordBatch` is a slice of one: what ``Consumer.getmany_batches`` and
 ``SimpleConsumer.record_batches`` hand out, with no Python object per message. It is an
-Arrow PyCapsule producer (:mod:`aiokafka07.arrow`): ``pyarrow.record_batch(batch)`` and
-the like read its buffers without a copy, and pyarrow is not needed to make one.
+Arrow PyCapsule producer: the C data interface's structs are built by the C accelerator
+(``protocol/_speedups.c``) or its ctypes twin (:mod:`aiokafka07.arrow`), so
+``pyarrow.record_batch(batch)`` and the like read its buffers without a copy, and pyarrow
+is not needed to make one.
 """
 
 from __future__ import annotations
@@ -307,33 +309,40 @@ class RecordBatch:
             arrow.Field("value", "z", (ends, values)),
         ]
 
-    def _metadata(self) -> dict[str, str]:
+    def _metadata(self) -> bytes:
         broker = self.broker_id
-        return {
-            "topic": self.topic,
-            "broker_id": "" if broker is None else str(broker),
-            "partition": str(self.partition),
-        }
+        return arrow.encode_metadata(
+            {
+                "topic": self.topic,
+                "broker_id": "" if broker is None else str(broker),
+                "partition": str(self.partition),
+            }
+        )
 
     def __arrow_c_schema__(self) -> object:
         """An ``"arrow_schema"`` capsule: a struct of ``offset`` (int64), ``offset_seq``
         (int32) and ``value`` (binary)."""
-        return arrow.schema_capsule(self._fields(), self._metadata())
+        capsule: object = _accel.impl.arrow_schema(self._fields(), self._metadata())
+        return capsule
 
     def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
         """The schema and ``"arrow_array"`` capsules of the batch as a struct array whose
         children point at the batch's buffers (no copy). A ``requested_schema`` is not
         cast to: the batch's own schema comes back, which the PyCapsule interface allows."""
         fields = self._fields()
+        impl = _accel.impl
         return (
-            arrow.schema_capsule(fields, self._metadata()),
-            arrow.array_capsule(fields, len(self), self._start, self),
+            impl.arrow_schema(fields, self._metadata()),
+            impl.arrow_array(fields, len(self), self._start, self),
         )
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         """An ``"arrow_array_stream"`` capsule handing out the batch as one struct array
         (no copy), for consumers that read streams (polars, duckdb)."""
-        return arrow.stream_capsule(self._fields(), self._metadata(), len(self), self._start, self)
+        capsule: object = _accel.impl.arrow_stream(
+            self._fields(), self._metadata(), len(self), self._start, self
+        )
+        return capsule
 
     def buffer_addresses(self) -> dict[str, int]:
         """Where the columns' data buffers start in memory (an exported array points

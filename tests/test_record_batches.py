@@ -13,6 +13,7 @@ import gc
 import itertools
 import random
 import struct
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -440,12 +441,14 @@ def _metadata(address: int) -> dict[bytes, bytes]:
     return out
 
 
-def test_the_capsules_read_through_ctypes_point_at_the_batch_buffers() -> None:
-    """The PyCapsule interface without pyarrow: the structs as the C data interface
-    defines them, read with ctypes; the release callbacks free what they hold."""
+def test_the_capsules_read_through_ctypes_point_at_the_batch_buffers(impl: ModuleType) -> None:
+    """The PyCapsule interface without pyarrow, on both implementations (C, ctypes): the
+    structs as the C data interface defines them, read with ctypes; the release callbacks
+    let go of what they hold (the batch, counted by its references)."""
     baseline = arrow.exported()
     columns = sample_columns()
     batch = columns.batch(2, 7)
+    refs = sys.getrefcount(batch)
     schema_capsule, array_capsule = batch.__arrow_c_array__()
     schema = arrow.ArrowSchema.from_address(_capsule_pointer(schema_capsule, b"arrow_schema"))
     assert ctypes.string_at(schema.format) == b"+s"
@@ -478,29 +481,31 @@ def test_the_capsules_read_through_ctypes_point_at_the_batch_buffers() -> None:
     ends = struct.unpack("=8i", ctypes.string_at(buffers[2][1], 32))[2:]
     values = [ctypes.string_at(buffers[2][2] + a, b - a) for a, b in itertools.pairwise(ends)]
     assert values == list(batch.values)
-    assert arrow.exported() > baseline
+    assert sys.getrefcount(batch) == refs + 4  # the struct array and its three children
     # The consumer releases: everything held is let go, release becomes NULL.
     release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
     release(array.release)(ctypes.addressof(array))
     release(schema.release)(ctypes.addressof(schema))
     assert array.release is None
     assert schema.release is None
-    assert arrow.exported() == baseline  # the children were released with their parent
+    assert sys.getrefcount(batch) == refs  # the children were released with their parent
     del schema_capsule, array_capsule, schema, array, kids, fields
     gc.collect()
     # A capsule dropped unconsumed releases its struct itself.
     capsules = batch.__arrow_c_array__(), batch.__arrow_c_schema__()
-    assert arrow.exported() > baseline
+    assert sys.getrefcount(batch) > refs
     del capsules
     gc.collect()
-    assert arrow.exported() == baseline
+    assert sys.getrefcount(batch) == refs
+    assert arrow.exported() == baseline  # (the ctypes twin's own count)
 
 
-def test_pyarrow_takes_a_batch_without_a_copy() -> None:
+def test_pyarrow_takes_a_batch_without_a_copy(impl: ModuleType) -> None:
     pa = pytest.importorskip("pyarrow")
     baseline = arrow.exported()
     columns = sample_columns()
     batch = columns.batch(1, 8)
+    refs = sys.getrefcount(batch)
     addresses = batch.buffer_addresses()
     table = pa.record_batch(batch)
     assert table.schema.names == ["offset", "offset_seq", "value"]
@@ -521,11 +526,15 @@ def test_pyarrow_takes_a_batch_without_a_copy() -> None:
     whole = pa.table(columns.batch(0, len(columns)))
     assert whole.num_rows == len(columns)
     assert whole.column("value").chunk(0).buffers()[2].address == addresses["value"]
-    del batch, columns
-    gc.collect()
-    assert table.column("value").to_pylist()[-1] == b"last"  # Arrow keeps the buffers alive
-    assert arrow.exported() > baseline
+    assert sys.getrefcount(batch) > refs  # held by Arrow's arrays
     del table, whole, offset_column, value_column
+    gc.collect()
+    assert sys.getrefcount(batch) == refs  # released by pyarrow
+    # Arrow keeps the buffers alive after the batch and its columns are gone.
+    kept = pa.record_batch(sample_columns().batch(0, 8))
+    gc.collect()
+    assert kept.column("value").to_pylist()[-1] == b"last"
+    del kept
     gc.collect()
     assert arrow.exported() == baseline
     empty = pa.record_batch(
@@ -554,12 +563,14 @@ async def test_pyarrow_reads_consumer_batches_in_place(kafka_cluster: Any, zooke
             assert table.column("value").to_pylist() == of(values, tp)
 
 
-def test_the_stream_capsule_hands_out_the_batch_once_then_ends() -> None:
-    """``__arrow_c_stream__`` read through ctypes: the schema, one array pointing at the
-    batch's buffers, then the end (a released array); releasing frees everything."""
+def test_the_stream_capsule_hands_out_the_batch_once_then_ends(impl: ModuleType) -> None:
+    """``__arrow_c_stream__`` read through ctypes, on both implementations: the schema, one
+    array pointing at the batch's buffers, then the end (a released array); releasing
+    lets go of everything."""
     baseline = arrow.exported()
     columns = sample_columns()
     batch = columns.batch(1, 4)
+    refs = sys.getrefcount(batch)
     capsule = batch.__arrow_c_stream__()
     stream = arrow.ArrowArrayStream.from_address(_capsule_pointer(capsule, b"arrow_array_stream"))
     call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -579,13 +590,17 @@ def test_the_stream_capsule_hands_out_the_batch_once_then_ends() -> None:
     for struct_ in (array, schema, stream):
         release(struct_.release)(ctypes.addressof(struct_))
         assert struct_.release is None
+    del capsule
+    gc.collect()
+    assert sys.getrefcount(batch) == refs
     assert arrow.exported() == baseline
     pa = pytest.importorskip("pyarrow")
     table = pa.RecordBatchReader.from_stream(batch).read_all()
     assert table.column("value").to_pylist() == list(batch.values)
     assert table.column("value").chunk(0).buffers()[2].address == batch.buffer_addresses()["value"]
-    del capsule, table
+    del table
     gc.collect()
+    assert sys.getrefcount(batch) == refs
     assert arrow.exported() == baseline
 
 

@@ -1,7 +1,8 @@
 """Pure-Python twin of ``_speedups.c``: the same functions with the same contract.
 
 Used when the C accelerator is not built (or ``AIOKAFKA07_PURE=1``), and as the reference
-the accelerator is tested against. See ``_speedups.c`` for the contract of ``scan``.
+the accelerator is tested against. See ``_speedups.c`` for the contract of ``scan``. The
+Arrow exports' twins are in ``aiokafka07/arrow.py`` (through ctypes).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import zlib
 from array import array
 from collections.abc import Sequence
 from typing import Any
+
+from .. import arrow
 
 ST_END = 0
 ST_PARTIAL = 1
@@ -28,6 +31,10 @@ _HEAD0 = struct.Struct(">iBI")  # size, magic, crc
 _INT32_MAX = 0x7FFFFFFF
 
 crc32 = zlib.crc32
+#: The Arrow C data interface's exports (``arrow_schema`` etc. in ``_speedups.c``).
+arrow_schema = arrow.schema_capsule
+arrow_array = arrow.array_capsule
+arrow_stream = arrow.stream_capsule
 
 
 def _check_entry(view: Any, pos: int, end: int, shallow: bool) -> tuple[int, int, int, int, int]:
