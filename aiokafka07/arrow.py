@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 __all__ = [
     "ArrowArray",
@@ -38,7 +37,6 @@ __all__ = [
     "ArrowSchema",
     "Field",
     "array_capsule",
-    "encode_metadata",
     "schema_capsule",
     "stream_capsule",
 ]
@@ -161,18 +159,6 @@ def _string(text: str, keep: list[Any]) -> int:
     return ctypes.addressof(buffer)
 
 
-def encode_metadata(pairs: dict[str, str]) -> bytes:
-    """Arrow's binary key-value encoding (int32 count, then int32 length + bytes each);
-    b"" for none."""
-    if not pairs:
-        return b""
-    out = [struct.pack("=i", len(pairs))]
-    for key, value in pairs.items():
-        for text in (key.encode(), value.encode()):
-            out += [struct.pack("=i", len(text)), text]
-    return b"".join(out)
-
-
 def _metadata(metadata: bytes, keep: list[Any]) -> int | None:
     if not metadata:
         return None
@@ -189,15 +175,11 @@ def _pointers(addresses: Sequence[int | None], keep: list[Any]) -> int | None:
     return ctypes.addressof(array)
 
 
-class Field(NamedTuple):
-    """One column: its name, its Arrow format string (``"l"`` int64, ``"i"`` int32,
-    ``"z"`` binary), and its buffers after the (absent) validity bitmap, as writable
-    buffers (bytearrays) that stay alive, and cannot be resized, while exported. (A
-    tuple: the C twin in ``protocol/_speedups.c`` reads it as one.)"""
-
-    name: str
-    format: str
-    buffers: tuple[Any, ...]
+#: One column: its name, its Arrow format string (``"l"`` int64, ``"i"`` int32, ``"z"``
+#: binary), and its buffers after the (absent) validity bitmap, as writable buffers
+#: (bytearrays) that stay alive, and cannot be resized, while exported. A plain tuple: the
+#: C twin in ``protocol/_speedups.c`` reads the same.
+Field = tuple[str, str, tuple[Any, ...]]
 
 
 def buffer_address(buffer: Any, keep: list[Any]) -> int:
@@ -232,8 +214,8 @@ def _schema(name: str, format_: str, metadata: bytes, children: list[ArrowSchema
 
 def schema_capsule(fields: Sequence[Field], metadata: bytes) -> object:
     """An ``"arrow_schema"`` capsule: a struct (``"+s"``) of ``fields``, none nullable,
-    with ``metadata`` (:func:`encode_metadata`) on the struct."""
-    children = [_schema(f.name, f.format, b"", []) for f in fields]
+    with ``metadata`` (Arrow's binary key-value encoding) on the struct."""
+    children = [_schema(name, format_, b"", []) for name, format_, _ in fields]
     return _capsule(_schema("", "+s", metadata, children), SCHEMA_NAME, _destroy_schema)
 
 
@@ -272,10 +254,10 @@ def array_capsule(fields: Sequence[Field], length: int, offset: int, owner: obje
 
 def _struct_array(fields: Sequence[Field], length: int, offset: int, owner: object) -> ArrowArray:
     children = []
-    for field in fields:
+    for _, _, buffers in fields:
         keep: list[Any] = [owner]
         addresses: list[int | None] = [None]  # no validity bitmap: nothing is null
-        addresses += [buffer_address(b, keep) for b in field.buffers]
+        addresses += [buffer_address(b, keep) for b in buffers]
         children.append(_array(length, offset, addresses, [], keep))
     return _array(length, 0, [None], children, [owner])
 
@@ -321,7 +303,7 @@ def _stream_get_schema(address: int, out: int) -> int:
     stream = _STREAMS.get(ArrowArrayStream.from_address(address).private_data or 0)
     if stream is None:
         return 22  # EINVAL: released
-    children = [_schema(f.name, f.format, b"", []) for f in stream.fields]
+    children = [_schema(name, format_, b"", []) for name, format_, _ in stream.fields]
     _move(_schema("", "+s", stream.metadata, children), out)
     return 0
 

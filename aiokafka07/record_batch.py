@@ -20,16 +20,26 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import struct
 from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
-from . import arrow
 from .protocol import _accel
 from .protocol.columns import MessageColumns
 from .records import ConsumerRecord
 
 __all__ = ["BatchValues", "FetchedColumns", "RecordBatch", "offset_at"]
+
+
+def _encode_metadata(pairs: dict[str, str]) -> bytes:
+    """Arrow's binary key-value encoding of schema metadata: an int32 count, then an
+    int32 length and the bytes of each key and value (native order)."""
+    out = [struct.pack("=i", len(pairs))]
+    for key, value in pairs.items():
+        for text in (key.encode(), value.encode()):
+            out += [struct.pack("=i", len(text)), text]
+    return b"".join(out)
 
 
 class FetchedColumns(Sequence[ConsumerRecord]):
@@ -299,19 +309,19 @@ class RecordBatch:
 
     # -- the Arrow PyCapsule interface ---------------------------------------------------
 
-    def _fields(self) -> list[arrow.Field]:
+    def _fields(self) -> list[tuple[str, str, tuple[Any, ...]]]:
         columns = self._columns
         offsets, ends, values = columns._buffers
         seq = columns.offset_seq.obj  # the bytearray under the view
         return [
-            arrow.Field("offset", "l", (offsets,)),
-            arrow.Field("offset_seq", "i", (seq,)),
-            arrow.Field("value", "z", (ends, values)),
+            ("offset", "l", (offsets,)),
+            ("offset_seq", "i", (seq,)),
+            ("value", "z", (ends, values)),
         ]
 
     def _metadata(self) -> bytes:
         broker = self.broker_id
-        return arrow.encode_metadata(
+        return _encode_metadata(
             {
                 "topic": self.topic,
                 "broker_id": "" if broker is None else str(broker),
@@ -348,6 +358,8 @@ class RecordBatch:
         """Where the columns' data buffers start in memory (an exported array points
         there): ``offset``, ``offset_seq``, ``value_ends`` and ``value``; for checks that
         a hand-over shares memory."""
+        from . import arrow  # (ctypes: imported only when asked)
+
         keep: list[Any] = []
         offsets, ends, values = self._columns._buffers
         return {

@@ -13,8 +13,6 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from .. import arrow
-
 ST_END = 0
 ST_PARTIAL = 1
 ST_BAD_SIZE = 2
@@ -31,10 +29,6 @@ _HEAD0 = struct.Struct(">iBI")  # size, magic, crc
 _INT32_MAX = 0x7FFFFFFF
 
 crc32 = zlib.crc32
-#: The Arrow C data interface's exports (``arrow_schema`` etc. in ``_speedups.c``).
-arrow_schema = arrow.schema_capsule
-arrow_array = arrow.array_capsule
-arrow_stream = arrow.stream_capsule
 
 
 def _check_entry(view: Any, pos: int, end: int, shallow: bool) -> tuple[int, int, int, int, int]:
@@ -307,3 +301,25 @@ def offset_seq(offsets: Any, fetched_at: int) -> bytearray:
             previous, start = offset, index
         out.append(index - start + (offset == fetched_at))
     return bytearray(out.tobytes())
+
+
+# The Arrow C data interface's exports (``arrow_schema`` etc. in ``_speedups.c``): their
+# twins are in ``aiokafka07/arrow.py``, imported on first use (it brings ctypes).
+
+
+def arrow_schema(fields: Any, metadata: bytes) -> object:
+    from .. import arrow
+
+    return arrow.schema_capsule(fields, metadata)
+
+
+def arrow_array(fields: Any, length: int, offset: int, owner: object) -> object:
+    from .. import arrow
+
+    return arrow.array_capsule(fields, length, offset, owner)
+
+
+def arrow_stream(fields: Any, metadata: bytes, length: int, offset: int, owner: object) -> object:
+    from .. import arrow
+
+    return arrow.stream_capsule(fields, metadata, length, offset, owner)
