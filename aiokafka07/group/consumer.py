@@ -513,10 +513,10 @@ class Consumer:
                     break
                 pos, chunk_records = chunk.pos, chunk.records
                 n = chunk.end - pos if limit is None else min(chunk.end - pos, limit - count)
-                if pos or n != len(chunk_records) or not isinstance(chunk_records, list):
-                    records = list(chunk_records[pos : pos + n])  # (columns: records built)
-                else:
+                if isinstance(chunk_records, list) and not pos and n == len(chunk_records):
                     records = chunk_records
+                else:
+                    records = _as_list(chunk_records[pos : pos + n])
                 chunk.pos = pos + n
                 state = chunk.state
                 assert state is not None
@@ -1039,6 +1039,12 @@ class Consumer:
 #: The group part of the consumer id of a consumer without a group (it is never written
 #: to ZooKeeper: such a consumer only takes manual assignments).
 _NO_GROUP = "nogroup"
+
+
+def _as_list(records: Sequence[ConsumerRecord]) -> list[ConsumerRecord]:
+    """A slice of a chunk's records as the list getmany hands out (a list's slice is one;
+    columns build theirs)."""
+    return records if isinstance(records, list) else list(records)
 
 
 def _columns_of(chunk: Chunk) -> FetchedColumns:

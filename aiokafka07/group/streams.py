@@ -277,7 +277,9 @@ class Stream:
             return None
         pos = found.pos
         count = found.end - pos if limit is None else min(limit, found.end - pos)
-        records = list(found.records[pos : pos + count])
+        records = found.records[pos : pos + count]  # (columns: records built here)
+        if not isinstance(records, list):
+            records = list(records)
         self.advance(found, count)
         assert found.state is not None
         return found.state.tp, records
