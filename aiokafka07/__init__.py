@@ -23,6 +23,7 @@ from .partitioner import default_partition, java_hash_code
 from .pool import ConnectionPool
 from .producer import Producer, ProduceResult, ProducerMetrics
 from .protocol import EARLIEST, LATEST, Compression, Message
+from .record_batch import RecordBatch
 from .records import ConsumerRecord, TopicPartition
 from .simple import FetchResult, SimpleConsumer
 
@@ -48,6 +49,7 @@ __all__ = [
     "ProduceResult",
     "Producer",
     "ProducerMetrics",
+    "RecordBatch",
     "SimpleConsumer",
     "TopicPartition",
     "__version__",

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from .connection import BrokerAddress, BrokerConnection
 from .errors import (
@@ -29,8 +29,10 @@ from .errors import (
 from .fetch_size import FetchSizer, decompression_bound
 from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
+from .protocol.columns import MessageColumns, decode_columns_into
 from .protocol.messages import BytesLike
 from .protocol.requests import validate_topic
+from .record_batch import FetchedColumns, RecordBatch
 from .records import ConsumerRecord
 from .validation import (
     INT32_MAX,
@@ -48,6 +50,8 @@ __all__ = ["EARLIEST", "LATEST", "FetchResult", "SimpleConsumer"]
 log = logging.getLogger("aiokafka07.simple")
 
 T = TypeVar("T")
+#: How a fetched set is decoded: (topic, partition, offset, set) → (messages, valid bytes).
+Decode = Callable[[str, int, int, BytesLike], tuple[Any, int]]
 
 #: 0.7.2 consumer ``fetch.size``.
 FETCH_SIZE = 1048576
@@ -204,13 +208,20 @@ class SimpleConsumer:
         return partition if broker_id is None else f"{broker_id}-{partition}"
 
     def _result(
-        self, topic: str, partition: int, offset: int, response: FetchResponse
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        response: FetchResponse,
+        decode: Decode | None = None,
     ) -> FetchResult:
         error = response.error(offset)
         if error is not None:
             return FetchResult(topic, partition, offset, [], offset, error)
         try:
-            records, valid = self._decode(topic, partition, offset, response.message_set)
+            records, valid = (decode or self._decode)(
+                topic, partition, offset, response.message_set
+            )
         except ProtocolError as exc:
             # Named at the bad entry's own offset (its position counts from ``offset``).
             where = f"{topic}/{self._name(partition)} at offset {offset + (exc.position or 0)}"
@@ -237,6 +248,16 @@ class SimpleConsumer:
         )
         return records, valid
 
+    def _decode_columns(
+        self, topic: str, partition: int, offset: int, message_set: BytesLike
+    ) -> tuple[MessageColumns, int]:
+        """The messages of a fetched set as column buffers (:meth:`record_batches`)."""
+        columns = MessageColumns()
+        valid = decode_columns_into(
+            columns, message_set, offset, max_decompressed=self.max_decompressed_bytes
+        )
+        return columns, valid
+
     # -- iteration ----------------------------------------------------------------------
 
     async def batches(
@@ -261,6 +282,51 @@ class SimpleConsumer:
         poll_ms = check_optional_ms(
             "SimpleConsumer.batches", "poll_interval_ms", poll_interval_ms, poll_interval
         )
+        results = self._results(topic, partition, offset, end_offset, poll_ms, fetch_size, None)
+        async with contextlib.aclosing(results):  # closing this closes the prefetch too
+            async for result in results:
+                yield result
+
+    async def record_batches(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        end_offset: int | None = None,
+        poll_interval_ms: float | None = None,
+        fetch_size: int | None = None,
+    ) -> AsyncGenerator[RecordBatch, None]:
+        """:meth:`batches` as :class:`~aiokafka07.RecordBatch` objects: each non-empty
+        fetch decoded straight into columns (no Python object per message), for Arrow
+        without a copy. The same fetching, growing, ``end_offset`` and polling rules and
+        errors; a batch's :attr:`~aiokafka07.RecordBatch.next_offset` is where the next
+        fetch starts."""
+        poll_ms = check_optional_ms(
+            "SimpleConsumer.record_batches", "poll_interval_ms", poll_interval_ms, None
+        )
+        results = self._results(
+            topic, partition, offset, end_offset, poll_ms, fetch_size, self._decode_columns
+        )
+        broker_id = self.address.broker_id
+        async with contextlib.aclosing(results):
+            async for result in results:
+                decoded = cast(MessageColumns, result.messages)  # (by _decode_columns)
+                columns = FetchedColumns(topic, broker_id, partition, decoded, result.offset)
+                yield columns.batch(0, len(columns))
+
+    async def _results(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        end_offset: int | None,
+        poll_ms: float | None,
+        fetch_size: int | None,
+        decode: Decode | None,
+    ) -> AsyncGenerator[FetchResult, None]:
+        """The fetch loop of :meth:`batches` and :meth:`record_batches`, decoding each
+        fetched set with ``decode`` (:meth:`_decode` when None)."""
         _check_fetch(topic, partition, offset)
         sizer = FetchSizer(
             topic,
@@ -297,7 +363,9 @@ class SimpleConsumer:
                     assert end_offset is not None
                     response = response._replace(message_set=data[: max(0, end_offset - offset)])
                 try:
-                    result = self._result(topic, partition, offset, response).raise_for_error()
+                    result = self._result(
+                        topic, partition, offset, response, decode
+                    ).raise_for_error()
                 except ProtocolError as exc:
                     declared = FetchSizer.incomplete_first(exc)
                     if declared is None:

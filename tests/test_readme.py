@@ -26,7 +26,8 @@ A block's fence says how it runs:
 
 Other fences (``sh`` without ``run``, ``text``, ``toml``) are shown only: installs,
 commands for a real cluster, output. A block that imports an optional extra's module
-(PySpark, aiohttp) is skipped only when that module is not installed, and says so.
+(PySpark, pyarrow, aiohttp) is skipped only when that module is not installed, and says
+so.
 """
 
 from __future__ import annotations
@@ -57,7 +58,12 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 
 #: Optional extras, by the top-level module a block would import.
-EXTRAS = {"pyspark": "spark", "aiohttp": "examples", "prometheus_client": "prometheus"}
+EXTRAS = {
+    "pyspark": "spark",
+    "pyarrow": "spark",
+    "aiohttp": "examples",
+    "prometheus_client": "prometheus",
+}
 #: Per block (Spark starts a JVM).
 TIMEOUT = 240
 #: The port a ``python serve`` block listens on as written.

@@ -42,6 +42,7 @@ from ..errors import ConsumerStoppedError, IllegalStateError, InvalidConfigError
 from ..fetch_size import decompression_bound
 from ..pool import ConnectionPool, PoolMetrics
 from ..protocol import EARLIEST, LATEST, validate_topic
+from ..record_batch import FetchedColumns, RecordBatch
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
 from ..timeouts import wait_for
@@ -234,6 +235,7 @@ class Consumer:
             value_deserializer=value_deserializer,
             connection_backoff=(backoff, max(backoff, 5.0)),
         )
+        self._fetch_settings = fetch_settings
         self._fetchers = Fetchers(
             self._supervisor,
             self._assignment,
@@ -509,10 +511,12 @@ class Consumer:
                 chunk = stream.next_chunk(raise_errors=not result)
                 if chunk is None:
                     break
-                pos, records = chunk.pos, chunk.records
+                pos, chunk_records = chunk.pos, chunk.records
                 n = chunk.end - pos if limit is None else min(chunk.end - pos, limit - count)
-                if pos or n != len(records):
-                    records = records[pos : pos + n]
+                if isinstance(chunk_records, list) and not pos and n == len(chunk_records):
+                    records = chunk_records
+                else:
+                    records = _as_list(chunk_records[pos : pos + n])
                 chunk.pos = pos + n
                 state = chunk.state
                 assert state is not None
@@ -538,6 +542,112 @@ class Consumer:
                 tp, records = taken
                 result[tp] = result.get(tp, []) + records
                 count += len(records)
+
+    async def getmany_batches(
+        self,
+        *partitions: TopicPartition,
+        timeout_ms: float = 0,
+        max_bytes: int | None = None,
+    ) -> dict[TopicPartition, RecordBatch]:
+        """What is available within ``timeout_ms`` (of ``partitions`` only, if given) as
+        one :class:`~aiokafka07.RecordBatch` per partition: the messages as columns, no
+        Python object per message, for Arrow (pyarrow, polars, duckdb) without a copy.
+
+        Positions, commits, pauses, seeks and rebalances work as with :meth:`getmany`: a
+        batch's :attr:`~aiokafka07.RecordBatch.last_offset` is its partition's position
+        once it is handed out (what :meth:`commit` writes), a paused partition brings
+        nothing, and a seek drops what was fetched before it. A batch is the rest of one
+        fetch at most (what else is buffered for its partition comes with the next call);
+        with ``max_bytes`` the values of all batches of a call total at most that many
+        bytes, except that a call always brings at least one message if one is there.
+
+        From the first call on, fetches are decoded into columns, which ``getmany`` and
+        iteration still read as records; what was fetched as records before is turned
+        into columns (a copy). Not with ``shallow`` or a ``value_deserializer``
+        (:class:`~aiokafka07.errors.IllegalStateError`): a batch's values are the
+        messages' own bytes. Errors as in :meth:`getmany`; :class:`ConsumerStoppedError`
+        once the consumer is closed.
+        """
+        for tp in partitions:
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"partitions must be TopicPartition, not {tp!r}")
+        if max_bytes is not None and (
+            not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1
+        ):
+            raise ValueError(f"max_bytes must be a positive int, not {max_bytes!r}")
+        settings = self._fetch_settings
+        if settings.shallow or settings.value_deserializer is not None:
+            raise IllegalStateError(
+                "getmany_batches hands out the messages' own bytes: not with shallow=True "
+                "or a value_deserializer (use getmany)"
+            )
+        delivery = self._delivery
+        if delivery.closed:
+            raise ConsumerStoppedError("the consumer is closed")
+        delivery.columnar = True
+        wanted = set(partitions)
+        result: dict[TopicPartition, RecordBatch] = {}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            delivery.check()
+            self._take_batches(wanted, result, max_bytes)
+            if result or delivery.closed:
+                break
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            delivery.data.clear()
+            try:
+                await wait_for(delivery.data.wait(), left)
+            except asyncio.TimeoutError:
+                break
+        if not result and delivery.closed:
+            raise ConsumerStoppedError("the consumer is closed")
+        return result
+
+    def _take_batches(
+        self, wanted: set[TopicPartition], result: dict[TopicPartition, RecordBatch],
+        max_bytes: int | None,
+    ) -> None:  # fmt: skip
+        """One batch per partition with records (of ``wanted``, if any), stream by stream
+        from the turn's one, within ``max_bytes`` of values: each from the chunk the
+        partition is read from, taken as :meth:`_take` / :meth:`Stream.take` take records,
+        so the position bookkeeping is theirs."""
+        streams = self.streams
+        left = max_bytes
+        for i in range(len(streams)):
+            stream = streams[(self._turn + i) % len(streams)]
+            while left is None or left > 0:
+                raise_errors = not result
+                if wanted:
+                    chunk = stream.take_chunk(wanted - result.keys(), raise_errors)
+                else:
+                    chunk = stream.next_chunk(raise_errors=raise_errors)
+                if chunk is None:
+                    break
+                state = chunk.state
+                assert state is not None
+                if state.tp in result:
+                    break  # its next chunk waits for the next call (one batch each)
+                columns = _columns_of(chunk)
+                start = chunk.pos
+                count = chunk.end - start
+                if left is not None:
+                    count = max(columns.count_within(start, chunk.end, left), 0 if result else 1)
+                    if not count:
+                        break
+                batch = columns.batch(start, start + count)
+                if left is not None:
+                    left -= batch.nbytes
+                if wanted:
+                    stream.advance(chunk, count)
+                else:
+                    chunk.pos = start + count
+                    if chunk.pos >= chunk.end:
+                        stream.finish(chunk)
+                result[state.tp] = batch
+        self._turn = (self._turn + 1) % len(streams)
 
     # -- partitions ---------------------------------------------------------------------
 
@@ -929,6 +1039,26 @@ class Consumer:
 #: The group part of the consumer id of a consumer without a group (it is never written
 #: to ZooKeeper: such a consumer only takes manual assignments).
 _NO_GROUP = "nogroup"
+
+
+def _as_list(records: Sequence[ConsumerRecord]) -> list[ConsumerRecord]:
+    """A slice of a chunk's records as the list getmany hands out (a list's slice is one;
+    columns build theirs)."""
+    return records if isinstance(records, list) else list(records)
+
+
+def _columns_of(chunk: Chunk) -> FetchedColumns:
+    """The chunk's records as columns; records decoded before batches were asked for are
+    copied into columns once, and the chunk reads from those from then on."""
+    records = chunk.records
+    if isinstance(records, FetchedColumns):
+        return records
+    state = chunk.state
+    assert state is not None
+    tp = state.tp
+    columns = FetchedColumns.from_records(records, tp.topic, tp.broker_id, tp.partition, chunk.base)
+    chunk.records = columns
+    return columns
 
 
 def _describe(target: Target) -> str:

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,9 @@ from ..errors import (
 from ..fetch_size import FetchSizer
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
+from ..protocol.columns import MessageColumns, decode_columns_into
+from ..protocol.messages import BytesLike
+from ..record_batch import FetchedColumns
 from ..records import ConsumerRecord, TopicPartition
 from ..supervisor import CrashPolicy, Supervisor
 from ..timeouts import wait_for
@@ -283,17 +286,8 @@ class Fetcher:
             )
             return False
         data = answer.message_set
-        records: list[ConsumerRecord] = []
         try:
-            valid = decode_messages_into(
-                records,
-                data,
-                request.offset,
-                shallow=self.settings.shallow,
-                message_type=ConsumerRecord,
-                prefix=(tp.topic, tp.broker_id, tp.partition),
-                max_decompressed=self.settings.max_decompressed_bytes,
-            )
+            records, valid = self._decode(tp, data, request.offset)
         except ProtocolError as exc:
             declared = FetchSizer.incomplete_first(exc)
             if declared is not None:
@@ -302,7 +296,12 @@ class Fetcher:
             # error, at the bad entry's offset (the position after those messages).
             good = exc.decoded.valid_bytes if exc.decoded is not None else 0
             if good:
-                self._put(state, list(exc.decoded.messages), good, request.offset)
+                self._put(
+                    state,
+                    self._good(tp, exc.decoded.messages, request.offset),
+                    good,
+                    request.offset,
+                )
             exc.args = (f"{tp.topic}/{tp.name} at offset {state.fetch_offset}: {exc}",)
             self._halt(state, exc)
             return good > 0
@@ -317,6 +316,44 @@ class Fetcher:
             return self._put_deserialized(state, records, valid, request.offset)
         self._put(state, records, valid, request.offset)
         return True
+
+    def _columnar(self) -> bool:
+        """Whether to decode into columns: batches were asked for, and the records are
+        the messages' own bytes (not shallow wrappers, no value deserializer)."""
+        settings = self.settings
+        return (
+            self.delivery.columnar and not settings.shallow and settings.value_deserializer is None
+        )
+
+    def _decode(
+        self, tp: TopicPartition, data: BytesLike, offset: int
+    ) -> tuple[Sequence[ConsumerRecord], int]:
+        """The messages of one fetched set at ``offset`` and its valid byte count: as
+        columns when batches were asked for (:meth:`_columnar`), else as records."""
+        max_decompressed = self.settings.max_decompressed_bytes
+        if self._columnar():
+            columns = MessageColumns()
+            valid = decode_columns_into(columns, data, offset, max_decompressed=max_decompressed)
+            return FetchedColumns(tp.topic, tp.broker_id, tp.partition, columns, offset), valid
+        records: list[ConsumerRecord] = []
+        valid = decode_messages_into(
+            records,
+            data,
+            offset,
+            shallow=self.settings.shallow,
+            message_type=ConsumerRecord,
+            prefix=(tp.topic, tp.broker_id, tp.partition),
+            max_decompressed=max_decompressed,
+        )
+        return records, valid
+
+    @staticmethod
+    def _good(tp: TopicPartition, decoded: Any, offset: int) -> Sequence[ConsumerRecord]:
+        """What a ProtocolError's ``decoded`` holds before the bad entry, as a chunk's
+        records (columns decoded by :meth:`_decode`, or a list of records)."""
+        if isinstance(decoded, MessageColumns):
+            return FetchedColumns(tp.topic, tp.broker_id, tp.partition, decoded, offset)
+        return list(decoded)
 
     async def _grow(self, state: PartitionState, declared: int | None, received: int) -> bool:
         """A fetch brought no complete message (its first entry declares ``declared``
@@ -350,15 +387,19 @@ class Fetcher:
         return True
 
     def _put(
-        self, state: PartitionState, records: list[ConsumerRecord], size: int, base: int
+        self, state: PartitionState, records: Sequence[ConsumerRecord], size: int, base: int
     ) -> None:
         state.fetch_offset = base + size
         # The prefetch bound counts what the records take in memory, at least roughly: a
         # compressed set decodes into far more than its bytes on the wire.
-        state.stream.put(state, records, max(size, len(records) * RECORD_OVERHEAD), base)
+        if isinstance(records, FetchedColumns):
+            held = records.values.nbytes + 12 * len(records)
+        else:
+            held = len(records) * RECORD_OVERHEAD
+        state.stream.put(state, records, max(size, held), base)
 
     def _put_deserialized(
-        self, state: PartitionState, records: list[ConsumerRecord], valid: int, base: int
+        self, state: PartitionState, records: Sequence[ConsumerRecord], valid: int, base: int
     ) -> bool:
         deserialize = self.settings.value_deserializer
         assert deserialize is not None

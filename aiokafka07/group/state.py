@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..connection import BrokerAddress
 from ..errors import IllegalStateError
 from ..fetch_size import FetchSizer
+from ..record_batch import offset_at
 from ..records import TopicPartition
 
 if TYPE_CHECKING:
@@ -100,8 +101,7 @@ class PartitionState:
         """The next offset to consume: the offset of the last record handed out."""
         chunk = self.reading
         if chunk is not None and chunk.pos:
-            offset: int = chunk.records[chunk.pos - 1].offset
-            return offset
+            return offset_at(chunk.records, chunk.pos - 1)
         return self.consumed
 
     @property

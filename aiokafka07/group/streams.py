@@ -22,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable, Collection, Container
+from collections.abc import Callable, Collection, Container, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import ConsumerStoppedError
+from ..record_batch import offset_at
 from ..records import ConsumerRecord, TopicPartition
 from ..timeouts import wait_for
 
@@ -40,14 +41,16 @@ _EMPTY: list[ConsumerRecord] = []
 class Chunk:
     """Records of one fetch of one partition (``records[pos:end]`` still to hand out),
     or an ``error`` to raise once. ``base`` is the offset the fetch started at: the
-    partition's position before the chunk's first record."""
+    partition's position before the chunk's first record. ``records`` is a list, or the
+    fetch's columns (:class:`~aiokafka07.record_batch.FetchedColumns`, which build each
+    record on demand) once batches were asked for."""
 
     __slots__ = ("base", "end", "error", "pos", "records", "size", "state")
 
     def __init__(
         self,
         state: PartitionState | None,
-        records: list[ConsumerRecord],
+        records: Sequence[ConsumerRecord],
         size: int,
         base: int,
         error: BaseException | None = None,
@@ -91,6 +94,10 @@ class Delivery:
         #: be alive, so its partitions are still its own (see :meth:`renew`).
         self.lease_until = 0.0
         self.ready_events: list[asyncio.Event] = []  # one per stream
+        #: Whether the fetchers decode into columns (``getmany_batches`` was called): a
+        #: chunk then holds a :class:`~aiokafka07.record_batch.FetchedColumns`, handed out
+        #: as batches without a copy, or as records built one by one.
+        self.columnar = False
 
     def wake(self) -> None:
         """Wake every reader (the consumer's and each stream's)."""
@@ -265,6 +272,22 @@ class Stream:
         """Up to ``limit`` records of the first chunk of one of ``partitions``, in order per
         partition (the filtered ``getmany``); None when none is buffered. Errors of those
         partitions (and errors of no partition) are raised as in :meth:`next_chunk`."""
+        found = self.take_chunk(partitions, raise_errors)
+        if found is None:
+            return None
+        pos = found.pos
+        count = found.end - pos if limit is None else min(limit, found.end - pos)
+        records = found.records[pos : pos + count]  # (columns: records built here)
+        if not isinstance(records, list):
+            records = list(records)
+        self.advance(found, count)
+        assert found.state is not None
+        return found.state.tp, records
+
+    def take_chunk(self, partitions: Container[TopicPartition], raise_errors: bool) -> Chunk | None:
+        """The first chunk with records of one of ``partitions``, its partition's position
+        now read from it; the caller hands out records from its ``pos`` and then calls
+        :meth:`advance`. None when none is buffered; errors as in :meth:`take`."""
         head = self._head
         if head is not None and head.pos >= head.end:
             self._finish(head)
@@ -288,7 +311,7 @@ class Stream:
                         state.buffered -= 1
                     if error is not None:
                         raise error
-                    return self.take(limit, partitions, raise_errors)
+                    return self.take_chunk(partitions, raise_errors)
                 found = chunk
                 break
         if found is None:
@@ -298,17 +321,19 @@ class Stream:
         if state.reading is not found:
             state.consumed = found.base
             state.reading = found
-        pos = found.pos
-        count = found.end - pos if limit is None else min(limit, found.end - pos)
-        records = found.records[pos : pos + count]
-        found.pos = pos + count
+        return found
+
+    def advance(self, chunk: Chunk, count: int) -> None:
+        """``count`` records of ``chunk`` (from :meth:`take_chunk`) were handed out."""
+        chunk.pos += count
         self._delivery.records += count
-        if found.pos >= found.end and found is not head:
-            self._chunks.remove(found)
+        if chunk.pos >= chunk.end and chunk is not self._head:
+            state = chunk.state
+            assert state is not None
+            self._chunks.remove(chunk)
             state.buffered -= 1
-            self._release(found.size)
-            self._finish(found)
-        return state.tp, records
+            self._release(chunk.size)
+            self._finish(chunk)
 
     def finish(self, chunk: Chunk) -> None:
         """The reader is done with the exhausted ``chunk``: the partition's position no
@@ -321,7 +346,7 @@ class Stream:
         state = chunk.state
         if state is not None and state.reading is chunk:
             if chunk.pos:
-                state.consumed = chunk.records[chunk.pos - 1].offset
+                state.consumed = offset_at(chunk.records, chunk.pos - 1)
             state.reading = None
 
     def _release(self, size: int) -> None:
@@ -338,7 +363,7 @@ class Stream:
         return self._max_bytes - self._buffered
 
     def put(
-        self, state: PartitionState, records: list[ConsumerRecord], size: int, base: int
+        self, state: PartitionState, records: Sequence[ConsumerRecord], size: int, base: int
     ) -> None:
         """Queue the records of one fetch of ``state``'s partition that started at
         ``base`` (an empty list moves the position to ``base``: an offset reset)."""

@@ -1,13 +1,15 @@
 """Pure-Python twin of ``_speedups.c``: the same functions with the same contract.
 
 Used when the C accelerator is not built (or ``AIOKAFKA07_PURE=1``), and as the reference
-the accelerator is tested against. See ``_speedups.c`` for the contract of ``scan``.
+the accelerator is tested against. See ``_speedups.c`` for the contract of ``scan``. The
+Arrow exports' twins are in ``aiokafka07/arrow.py`` (through ctypes).
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -279,3 +281,45 @@ def java_string_hash(s: str) -> int:
             c = 0xDC00 + (c & 0x3FF)
         h = (31 * h + c) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+def offset_seq(offsets: Any, fetched_at: int) -> bytearray:
+    """``offset_seq`` (native int32 each) of messages decoded from a fetch at ``fetched_at``
+    (an entry boundary), in log order, given their native int64 0.7.2 offsets (a
+    bytes-like object), as the Spark source defines it: 0 for a message that ends its
+    entry, 1, 2, ... for the other messages of a compressed wrapper, which report the
+    wrapper's start. ``(offset, offset_seq)`` is then unique and in log order within a
+    partition. Equal offsets are contiguous; the first of a run ends its entry (0) unless
+    the run is at the fetch position itself, where only a wrapper's messages report it."""
+    view = memoryview(offsets).cast("B")
+    if len(view) % 8:
+        raise ValueError("offsets must be whole int64s")
+    out = array("i")
+    previous = start = 0
+    for index, offset in enumerate(view.cast("q")):
+        if index == 0 or offset != previous:
+            previous, start = offset, index
+        out.append(index - start + (offset == fetched_at))
+    return bytearray(out.tobytes())
+
+
+# The Arrow C data interface's exports (``arrow_schema`` etc. in ``_speedups.c``): their
+# twins are in ``aiokafka07/arrow.py``, imported on first use (it brings ctypes).
+
+
+def arrow_schema(fields: Any, metadata: bytes) -> object:
+    from .. import arrow
+
+    return arrow.schema_capsule(fields, metadata)
+
+
+def arrow_array(fields: Any, length: int, offset: int, owner: object) -> object:
+    from .. import arrow
+
+    return arrow.array_capsule(fields, length, offset, owner)
+
+
+def arrow_stream(fields: Any, metadata: bytes, length: int, offset: int, owner: object) -> object:
+    from .. import arrow
+
+    return arrow.stream_capsule(fields, metadata, length, offset, owner)

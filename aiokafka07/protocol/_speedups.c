@@ -10,6 +10,10 @@
  *   crc32(data, value=0) -> int
  *   java_string_hash(s) -> int
  *   inflate(data, pos, limit, hint) -> (status, output or message, end, crc)
+ *   offset_seq(offsets, fetched_at) -> bytearray
+ *   arrow_schema(fields, metadata), arrow_array(fields, length, offset, owner),
+ *   arrow_stream(fields, metadata, length, offset, owner) -> capsule (the Arrow C data
+ *       interface; the twin is aiokafka07/arrow.py, through ctypes)
  *   _crc_fold(enabled) -> bool   (C only: the tests' switch between the CRC paths)
  *
  * scan() walks a message set from `pos`, appends one `cls` tuple per plain message to
@@ -34,6 +38,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -932,6 +938,536 @@ speedups_java_string_hash(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromLong((long)(int32_t)h);
 }
 
+/* offset_seq(offsets, fetched_at) -> bytearray: for native int64 offsets of messages
+ * decoded from a fetch at fetched_at (an entry boundary), in log order, one native int32
+ * each: 0 for a message that ends its entry, 1, 2, ... for the other messages of a
+ * compressed wrapper, which report the wrapper's start (equal offsets are contiguous; a
+ * run at fetched_at itself holds only a wrapper's messages). See _pure.offset_seq. */
+static PyObject *
+speedups_offset_seq(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    long long fetched_at;
+    if (!PyArg_ParseTuple(args, "y*L", &view, &fetched_at))
+        return NULL;
+    if (view.len % 8) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "offsets must be whole int64s");
+        return NULL;
+    }
+    const Py_ssize_t n = view.len / 8;
+    if (n > INT32_MAX) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_OverflowError, "more than 2**31 offsets");
+        return NULL;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * 4);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const char *src = (const char *)view.buf;
+    char *dst = PyByteArray_AS_STRING(out);
+    int64_t previous = 0;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t offset;
+        memcpy(&offset, src + 8 * i, 8);
+        if (i == 0 || offset != previous) {
+            previous = offset;
+            start = i;
+        }
+        int32_t seq = (int32_t)(i - start + (offset == (int64_t)fetched_at));
+        memcpy(dst + 4 * i, &seq, 4);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* ---- The Arrow C data interface (aiokafka07/arrow.py is the ctypes twin) ------------
+ *
+ * arrow_schema(fields, metadata) -> "arrow_schema" capsule
+ * arrow_array(fields, length, offset, owner) -> "arrow_array" capsule
+ * arrow_stream(fields, metadata, length, offset, owner) -> "arrow_array_stream" capsule
+ *
+ * `fields` is a sequence of (name, format, buffers): the children of a struct (format
+ * "+s"), none nullable, each with no validity bitmap and `buffers` (writable buffer
+ * objects: bytearrays) after it. `metadata` is the struct's metadata, already in Arrow's
+ * binary encoding (b"" for none). An array's children start at row `offset`; they point
+ * into the buffers themselves (no copy), each child holding a buffer export of its
+ * buffers (a bytearray cannot be resized meanwhile) and a reference to `owner` until it
+ * is released. Releasing a schema touches no Python object; releasing an array takes
+ * the GIL (a consumer may release from any thread). A capsule's destructor releases its
+ * struct unless a consumer moved it out (release set to NULL). A stream hands out its
+ * one array once, then the end. */
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+struct ArrowArrayStream {
+    int (*get_schema)(struct ArrowArrayStream *, struct ArrowSchema *);
+    int (*get_next)(struct ArrowArrayStream *, struct ArrowArray *);
+    const char *(*get_last_error)(struct ArrowArrayStream *);
+    void (*release)(struct ArrowArrayStream *);
+    void *private_data;
+};
+
+#define ARROW_MAX_BUFFERS 3
+/* Where an empty buffer points: non-NULL and aligned, as Arrow wants. */
+static const int64_t arrow_empty[8];
+
+static char *
+arrow_copy(const char *data, Py_ssize_t size)
+{
+    char *out = malloc(size + 1);
+    if (out == NULL)
+        return NULL;
+    memcpy(out, data, size);
+    out[size] = '\0';
+    return out;
+}
+
+/* A schema's private data: its children, one block (the structs, then their pointers). */
+static void
+arrow_schema_release(struct ArrowSchema *schema)
+{
+    if (schema->release == NULL)
+        return;
+    for (int64_t i = 0; i < schema->n_children; i++) {
+        struct ArrowSchema *child = schema->children[i];
+        if (child->release != NULL)
+            child->release(child);
+    }
+    free((void *)schema->format);
+    free((void *)schema->name);
+    free((void *)schema->metadata);
+    free(schema->private_data);
+    schema->release = NULL;
+}
+
+static int
+arrow_schema_init(struct ArrowSchema *schema, const char *format, const char *name,
+                  Py_ssize_t name_size, const char *metadata, Py_ssize_t metadata_size,
+                  int64_t n_children)
+{
+    memset(schema, 0, sizeof(*schema));
+    schema->format = arrow_copy(format, (Py_ssize_t)strlen(format));
+    schema->name = arrow_copy(name, name_size);
+    schema->metadata = metadata_size ? arrow_copy(metadata, metadata_size) : NULL;
+    void *block = NULL;
+    if (n_children) {
+        block = calloc((size_t)n_children,
+                       sizeof(struct ArrowSchema) + sizeof(struct ArrowSchema *));
+    }
+    if (schema->format == NULL || schema->name == NULL || (metadata_size && !schema->metadata)
+        || (n_children && block == NULL)) {
+        free((void *)schema->format);
+        free((void *)schema->name);
+        free((void *)schema->metadata);
+        free(block);
+        PyErr_NoMemory();
+        return -1;
+    }
+    schema->n_children = n_children;
+    schema->private_data = block;
+    if (n_children) {
+        struct ArrowSchema *structs = block;
+        schema->children = (struct ArrowSchema **)(structs + n_children);
+        for (int64_t i = 0; i < n_children; i++)
+            schema->children[i] = &structs[i];
+    }
+    schema->release = arrow_schema_release;
+    return 0;
+}
+
+/* One field: (name, format, buffers) with a str name and format. */
+static int
+arrow_field(PyObject *field, PyObject **name, PyObject **format, PyObject **buffers)
+{
+    if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a field is a (name, format, buffers) tuple");
+        return -1;
+    }
+    *name = PyTuple_GET_ITEM(field, 0);
+    *format = PyTuple_GET_ITEM(field, 1);
+    *buffers = PyTuple_GET_ITEM(field, 2);
+    if (!PyUnicode_Check(*name) || !PyUnicode_Check(*format) || !PyTuple_Check(*buffers)
+        || PyTuple_GET_SIZE(*buffers) + 1 > ARROW_MAX_BUFFERS) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a field is (str name, str format, tuple of at most 2 buffers)");
+        return -1;
+    }
+    return 0;
+}
+
+/* Fill `out` with the struct schema of `fields` (the GIL held). */
+static int
+arrow_export_schema(struct ArrowSchema *out, PyObject *fields, const char *metadata,
+                    Py_ssize_t metadata_size)
+{
+    PyObject *seq = PySequence_Fast(fields, "fields must be a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (arrow_schema_init(out, "+s", "", 0, metadata, metadata_size, n) < 0) {
+        Py_DECREF(seq);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name, *format, *buffers;
+        Py_ssize_t name_size, format_size;
+        if (arrow_field(PySequence_Fast_GET_ITEM(seq, i), &name, &format, &buffers) < 0)
+            goto fail;
+        const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size);
+        const char *format_text = PyUnicode_AsUTF8AndSize(format, &format_size);
+        if (name_text == NULL || format_text == NULL)
+            goto fail;
+        if (arrow_schema_init(out->children[i], format_text, name_text, name_size, NULL, 0, 0)
+            < 0)
+            goto fail;
+    }
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    out->release(out); /* children not filled yet have release NULL */
+    return -1;
+}
+
+struct arrow_array_private {
+    PyObject *owner;
+    Py_buffer views[ARROW_MAX_BUFFERS];
+    int n_views;
+    const void *buffers[ARROW_MAX_BUFFERS];
+    struct ArrowArray *children; /* n_children structs, then their pointers */
+};
+
+static void
+arrow_array_release(struct ArrowArray *array)
+{
+    if (array->release == NULL)
+        return;
+    for (int64_t i = 0; i < array->n_children; i++) {
+        struct ArrowArray *child = array->children[i];
+        if (child->release != NULL)
+            child->release(child);
+    }
+    struct arrow_array_private *private = array->private_data;
+    if (Py_IsInitialized()) { /* (at exit the buffers are left as they are) */
+        PyGILState_STATE gil = PyGILState_Ensure();
+        for (int i = 0; i < private->n_views; i++)
+            PyBuffer_Release(&private->views[i]);
+        Py_XDECREF(private->owner);
+        PyGILState_Release(gil);
+    }
+    free(private->children);
+    free(private);
+    array->release = NULL;
+}
+
+static struct arrow_array_private *
+arrow_array_init(struct ArrowArray *array, int64_t length, int64_t offset, int64_t n_buffers,
+                 int64_t n_children, PyObject *owner)
+{
+    memset(array, 0, sizeof(*array));
+    struct arrow_array_private *private = calloc(1, sizeof(*private));
+    if (private == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (n_children) {
+        private->children =
+            calloc((size_t)n_children, sizeof(struct ArrowArray) + sizeof(struct ArrowArray *));
+        if (private->children == NULL) {
+            free(private);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        array->children = (struct ArrowArray **)(private->children + n_children);
+        for (int64_t i = 0; i < n_children; i++)
+            array->children[i] = &private->children[i];
+    }
+    Py_INCREF(owner);
+    private->owner = owner;
+    array->length = length;
+    array->offset = offset;
+    array->n_buffers = n_buffers;
+    array->n_children = n_children;
+    array->buffers = private->buffers;
+    array->private_data = private;
+    array->release = arrow_array_release;
+    return private;
+}
+
+/* Fill `out` with the struct array of `fields` (the GIL held). */
+static int
+arrow_export_array(struct ArrowArray *out, PyObject *fields, int64_t length, int64_t offset,
+                   PyObject *owner)
+{
+    if (length < 0 || offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "length and offset must not be negative");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(fields, "fields must be a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (arrow_array_init(out, length, 0, 1, n, owner) == NULL) {
+        Py_DECREF(seq);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name, *format, *buffers;
+        if (arrow_field(PySequence_Fast_GET_ITEM(seq, i), &name, &format, &buffers) < 0)
+            goto fail;
+        Py_ssize_t count = PyTuple_GET_SIZE(buffers);
+        struct arrow_array_private *private =
+            arrow_array_init(out->children[i], length, offset, count + 1, 0, owner);
+        if (private == NULL)
+            goto fail;
+        private->buffers[0] = NULL; /* no validity bitmap: nothing is null */
+        for (Py_ssize_t b = 0; b < count; b++) {
+            Py_buffer *view = &private->views[b];
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(buffers, b), view, PyBUF_WRITABLE) < 0)
+                goto fail;
+            private->n_views++;
+            private->buffers[b + 1] = view->len ? view->buf : (const void *)arrow_empty;
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    out->release(out);
+    return -1;
+}
+
+static void
+arrow_schema_capsule_free(PyObject *capsule)
+{
+    struct ArrowSchema *schema = PyCapsule_GetPointer(capsule, "arrow_schema");
+    if (schema == NULL) {
+        PyErr_WriteUnraisable(capsule);
+        return;
+    }
+    if (schema->release != NULL) /* not moved out by a consumer */
+        schema->release(schema);
+    free(schema);
+}
+
+static void
+arrow_array_capsule_free(PyObject *capsule)
+{
+    struct ArrowArray *array = PyCapsule_GetPointer(capsule, "arrow_array");
+    if (array == NULL) {
+        PyErr_WriteUnraisable(capsule);
+        return;
+    }
+    if (array->release != NULL)
+        array->release(array);
+    free(array);
+}
+
+static PyObject *
+speedups_arrow_schema(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *fields;
+    const char *metadata;
+    Py_ssize_t metadata_size;
+    if (!PyArg_ParseTuple(args, "Oy#", &fields, &metadata, &metadata_size))
+        return NULL;
+    struct ArrowSchema *schema = malloc(sizeof(*schema));
+    if (schema == NULL)
+        return PyErr_NoMemory();
+    if (arrow_export_schema(schema, fields, metadata, metadata_size) < 0) {
+        free(schema);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(schema, "arrow_schema", arrow_schema_capsule_free);
+    if (capsule == NULL) {
+        schema->release(schema);
+        free(schema);
+    }
+    return capsule;
+}
+
+static PyObject *
+speedups_arrow_array(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *fields, *owner;
+    long long length, offset;
+    if (!PyArg_ParseTuple(args, "OLLO", &fields, &length, &offset, &owner))
+        return NULL;
+    struct ArrowArray *array = malloc(sizeof(*array));
+    if (array == NULL)
+        return PyErr_NoMemory();
+    if (arrow_export_array(array, fields, length, offset, owner) < 0) {
+        free(array);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(array, "arrow_array", arrow_array_capsule_free);
+    if (capsule == NULL) {
+        array->release(array);
+        free(array);
+    }
+    return capsule;
+}
+
+struct arrow_stream_private {
+    PyObject *fields;
+    PyObject *metadata; /* bytes */
+    PyObject *owner;
+    int64_t length;
+    int64_t offset;
+    int done;
+    char error[200];
+};
+
+static int
+arrow_stream_failed(struct arrow_stream_private *private)
+{
+    /* The Python error becomes the stream's last error (the GIL held). */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *message = text ? PyUnicode_AsUTF8(text) : NULL;
+    snprintf(private->error, sizeof(private->error), "%s", message ? message : "export failed");
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    PyErr_Clear();
+    return 12; /* ENOMEM, or a failed export */
+}
+
+static int
+arrow_stream_get_schema(struct ArrowArrayStream *stream, struct ArrowSchema *out)
+{
+    struct arrow_stream_private *private = stream->private_data;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int status = 0;
+    if (arrow_export_schema(out, private->fields, PyBytes_AS_STRING(private->metadata),
+                            PyBytes_GET_SIZE(private->metadata))
+        < 0)
+        status = arrow_stream_failed(private);
+    PyGILState_Release(gil);
+    return status;
+}
+
+static int
+arrow_stream_get_next(struct ArrowArrayStream *stream, struct ArrowArray *out)
+{
+    struct arrow_stream_private *private = stream->private_data;
+    if (private->done) { /* the end: a released array */
+        memset(out, 0, sizeof(*out));
+        return 0;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int status = 0;
+    if (arrow_export_array(out, private->fields, private->length, private->offset,
+                           private->owner)
+        < 0)
+        status = arrow_stream_failed(private);
+    else
+        private->done = 1;
+    PyGILState_Release(gil);
+    return status;
+}
+
+static const char *
+arrow_stream_last_error(struct ArrowArrayStream *stream)
+{
+    struct arrow_stream_private *private = stream->private_data;
+    return private->error[0] ? private->error : NULL;
+}
+
+static void
+arrow_stream_release(struct ArrowArrayStream *stream)
+{
+    if (stream->release == NULL)
+        return;
+    struct arrow_stream_private *private = stream->private_data;
+    if (Py_IsInitialized()) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        Py_DECREF(private->fields);
+        Py_DECREF(private->metadata);
+        Py_DECREF(private->owner);
+        PyGILState_Release(gil);
+    }
+    free(private);
+    stream->release = NULL;
+}
+
+static void
+arrow_stream_capsule_free(PyObject *capsule)
+{
+    struct ArrowArrayStream *stream = PyCapsule_GetPointer(capsule, "arrow_array_stream");
+    if (stream == NULL) {
+        PyErr_WriteUnraisable(capsule);
+        return;
+    }
+    if (stream->release != NULL)
+        stream->release(stream);
+    free(stream);
+}
+
+static PyObject *
+speedups_arrow_stream(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *fields, *metadata, *owner;
+    long long length, offset;
+    if (!PyArg_ParseTuple(args, "OSLLO", &fields, &metadata, &length, &offset, &owner))
+        return NULL;
+    struct ArrowArrayStream *stream = malloc(sizeof(*stream));
+    struct arrow_stream_private *private = calloc(1, sizeof(*private));
+    if (stream == NULL || private == NULL) {
+        free(stream);
+        free(private);
+        return PyErr_NoMemory();
+    }
+    Py_INCREF(fields);
+    Py_INCREF(metadata);
+    Py_INCREF(owner);
+    private->fields = fields;
+    private->metadata = metadata;
+    private->owner = owner;
+    private->length = length;
+    private->offset = offset;
+    stream->get_schema = arrow_stream_get_schema;
+    stream->get_next = arrow_stream_get_next;
+    stream->get_last_error = arrow_stream_last_error;
+    stream->release = arrow_stream_release;
+    stream->private_data = private;
+    PyObject *capsule = PyCapsule_New(stream, "arrow_array_stream", arrow_stream_capsule_free);
+    if (capsule == NULL) {
+        stream->release(stream);
+        free(stream);
+    }
+    return capsule;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"scan", speedups_scan, METH_VARARGS, "Decode plain messages of a message set from pos."},
     {"scan_columns", speedups_scan_columns, METH_VARARGS,
@@ -947,6 +1483,14 @@ static PyMethodDef speedups_methods[] = {
     {"_crc_fold", speedups_crc_fold, METH_O,
      "Use the carry-less CRC fold where the CPU has it (tests); whether it was in use."},
     {"java_string_hash", speedups_java_string_hash, METH_O, "java.lang.String.hashCode of a str."},
+    {"arrow_schema", speedups_arrow_schema, METH_VARARGS,
+     "An arrow_schema capsule: a struct of (name, format, buffers) fields."},
+    {"arrow_array", speedups_arrow_array, METH_VARARGS,
+     "An arrow_array capsule: a struct array pointing into the fields' buffers."},
+    {"arrow_stream", speedups_arrow_stream, METH_VARARGS,
+     "An arrow_array_stream capsule handing out that struct array once."},
+    {"offset_seq", speedups_offset_seq, METH_VARARGS,
+     "offset_seq (int32) of messages with these int64 offsets, fetched at fetched_at."},
     {NULL, NULL, 0, NULL},
 };
 
