@@ -191,9 +191,35 @@ def check_spark_pipeline(lines: list[str]) -> None:
     assert lines[-1] == f"written to pageview-counts and read back: {counts}"
 
 
+def check_duckdb_sink(lines: list[str]) -> None:
+    assert "produced 20000 events" in lines
+    first = next(line for line in lines if line.startswith("first sink: "))
+    crashed = re.fullmatch(
+        r"first sink: wrote (\d+) rows; crashing before committing their offsets; "
+        r"exit status -9",
+        first,
+    )
+    assert crashed, first
+    written = int(crashed[1])
+    assert 8000 <= written < 20000
+    second = next(line for line in lines if line.startswith("second sink: "))
+    caught_up = re.fullmatch(
+        r"second sink: read (\d+) messages, inserted (\d+), table holds 20000; exit status 0",
+        second,
+    )
+    assert caught_up, second
+    read, inserted = int(caught_up[1]), int(caught_up[2])
+    # What the first wrote and never committed was read again and kept out by the key.
+    assert inserted == 20000 - written
+    assert read > inserted
+    assert "events table: 20000 rows, 20000 distinct offsets, 20000 distinct events" in lines
+    assert lines[-1] == "every event exactly once"
+
+
 CHECKS = {
     "aiohttp_app.py": check_aiohttp_app,
     "codec_tour.py": check_codec_tour,
+    "duckdb_sink.py": check_duckdb_sink,
     "fan_out.py": check_fan_out,
     "keyed_producer.py": check_keyed_producer,
     "spark_pipeline.py": check_spark_pipeline,
