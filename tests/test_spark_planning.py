@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import array
 import asyncio
 import itertools
 from typing import Any
@@ -12,12 +13,11 @@ import pytest
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pyarrow")
 
-import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from aiokafka07.protocol import Compression, decode_messages_into, encode_message_set
+from aiokafka07.protocol import Compression, _accel, decode_messages_into, encode_message_set
 from aiokafka07.records import ConsumerRecord
 from aiokafka07.spark.boundaries import (
     MAX_FETCHES,
@@ -29,7 +29,7 @@ from aiokafka07.spark.boundaries import (
 )
 from aiokafka07.spark.options import OptionError
 from aiokafka07.spark.planning import split_range, wanted_cuts
-from aiokafka07.spark.reader import SCHEMA_DDL, columns_for, offset_seq
+from aiokafka07.spark.reader import SCHEMA_DDL, columns_for
 
 MAX_ENTRY = 64 << 20
 
@@ -68,8 +68,9 @@ def decode(data: bytes, base: int) -> list[ConsumerRecord]:
 
 
 def seqs(records: list[ConsumerRecord], fetched_at: int) -> list[int]:
-    offsets = np.array([r.offset for r in records], dtype=np.int64)
-    return [int(x) for x in offset_seq(offsets, fetched_at)]
+    """The reader's ``offset_seq`` column (the codec's, as a RecordBatch's)."""
+    offsets = array.array("q", [r.offset for r in records])
+    return list(array.array("i", _accel.impl.offset_seq(bytearray(offsets), fetched_at)))
 
 
 @given(entries, st.data())

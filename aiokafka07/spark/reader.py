@@ -6,10 +6,11 @@ and turns each fetch into one Arrow record batch with no Python object per row: 
 codec decodes the fetch straight into the buffers of the ``offset`` and ``value``
 columns (:mod:`aiokafka07.protocol.columns`, in C with the GIL released), which Arrow
 takes without a copy; the constant columns are repeated arrays sliced to size, and
-``offset_seq`` comes from NumPy. Compressed wrappers
-are expanded; ``offset`` follows the 0.7.2 rule used everywhere in the library (the
-offset to fetch from next, the value a consumer commits), so the messages of a wrapper
-share offsets, and ``offset_seq`` tells them apart (see :func:`offset_seq`). A task
+``offset_seq`` comes from the codec, as a :class:`~aiokafka07.RecordBatch`'s does.
+Compressed wrappers are expanded; ``offset`` follows the 0.7.2 rule used everywhere in
+the library (the offset to fetch from next, the value a consumer commits), so the
+messages of a wrapper share offsets, and ``offset_seq`` tells them apart
+(:attr:`aiokafka07.RecordBatch.offset_seqs`). A task
 checks that its range ended exactly at ``end``: a cut that was not a message boundary
 fails the read instead of losing the message across it.
 """
@@ -23,7 +24,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import (
@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 
 from ..errors import KafkaError, OffsetOutOfRangeError
 from ..pool import ConnectionPool
-from ..protocol import EARLIEST, decode_message_set
+from ..protocol import EARLIEST, _accel, decode_message_set
 from ..protocol.columns import MessageColumns, decode_columns_into
 from ..protocol.messages import BytesLike
 from ..records import TopicPartition
@@ -71,7 +71,6 @@ __all__ = [
     "OffsetRange",
     "RangeEndError",
     "columns_for",
-    "offset_seq",
     "read_range",
     "state_of_partitions",
 ]
@@ -185,28 +184,6 @@ async def ranges_for(
     return [make_range(state, s, e, options) for s, e in pieces]
 
 
-def offset_seq(offsets: np.ndarray[Any, Any], fetched_at: int) -> np.ndarray[Any, Any]:
-    """``offset_seq`` of messages decoded from a fetch at ``fetched_at`` (an entry
-    boundary), in log order, given their 0.7.2 offsets.
-
-    0.7.2 reports the end of an entry as the offset of an uncompressed message and of a
-    wrapper's last message, and the wrapper's *start* for its other messages (PROTOCOL
-    §7.3): offsets repeat. ``offset_seq`` is 0 for a message that ends its entry and
-    1, 2, ... for the others of a wrapper, so ``(offset, offset_seq)`` is unique and in
-    log order within a broker-partition, the same whichever range or micro-batch read
-    it. Equal offsets are contiguous: the first of a run ends its entry (0) unless the
-    run is the fetch position itself, where only a wrapper's messages report it.
-    """
-    n = len(offsets)
-    index = np.arange(n, dtype=np.int64)
-    starts_run = np.empty(n, dtype=bool)
-    starts_run[:1] = True
-    np.not_equal(offsets[1:], offsets[:-1], out=starts_run[1:])
-    run_start = np.maximum.accumulate(np.where(starts_run, index, 0))
-    # Any from NumPy's stubs; without the spark extra, NumPy itself is Any (unused).
-    return (index - run_start + (offsets == fetched_at)).astype(np.int32)  # type: ignore[no-any-return,unused-ignore]
-
-
 class _BatchBuilder:
     """Arrow record batches with the columns of ``schema`` for one broker-partition.
 
@@ -237,7 +214,6 @@ class _BatchBuilder:
         bytearrays alive, and they cannot be resized while it does)."""
         columns: MessageColumns = result.messages  # type: ignore[assignment]
         n = len(columns)
-        offsets = np.frombuffer(columns.offsets, dtype=np.int64)
         arrays = []
         for name in self._names:
             if name in ("topic", "broker_id", "partition"):
@@ -246,9 +222,12 @@ class _BatchBuilder:
                 buffers = [None, pa.py_buffer(columns.value_ends), pa.py_buffer(columns.values)]
                 arrays.append(pa.Array.from_buffers(pa.binary(), n, buffers))
             elif name == "offset":
-                arrays.append(pa.array(offsets, pa.int64()))
+                buffers = [None, pa.py_buffer(columns.offsets)]
+                arrays.append(pa.Array.from_buffers(pa.int64(), n, buffers))
             else:
-                arrays.append(pa.array(offset_seq(offsets, result.offset), pa.int32()))
+                # The codec's offset_seq, as RecordBatch.offset_seqs (in C when built).
+                seq = _accel.impl.offset_seq(columns.offsets, result.offset)
+                arrays.append(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(seq)]))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
