@@ -31,7 +31,7 @@ class NotInstalled(Exception):
     be linked into the environment."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"{name} is not installed here: it is one the extras need")
+        super().__init__(f"{name}, which the extras need, is not installed here")
         self.name = name
 
 

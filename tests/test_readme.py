@@ -169,14 +169,22 @@ def test_blocks_are_found_and_almost_all_run() -> None:
 @pytest.mark.parametrize(
     ("language", "mode", "code", "extras"),
     [
-        ("python", "script", "import asyncio\nimport aiokafka07 as k7\n", set()),
-        ("python", "script", "from prometheus_client import generate_latest\n", {"prometheus"}),
-        ("python", "serve", "from aiohttp import web\n", {"examples"}),
-        ("python", "script", "    from pyspark.sql import SparkSession\n", {"spark"}),
-        ("python", "pytest", "from aiokafka07 import Producer\n", {"pytest"}),
-        ("python", "pytest", "import pytest\nimport aiohttp\n", {"pytest", "examples"}),
-        ("sh", "run", "aiokafka07 groups --zookeeper 127.0.0.1:2181\n", set()),
-        ("sh", "run", "python -c 'import pyspark'\nimport aiohttp\n", set()),
+        pytest.param("python", "script", "import aiokafka07 as k7\n", set(), id="library"),
+        pytest.param(
+            "python", "script", "from prometheus_client import Gauge\n", {"prometheus"}, id="from"
+        ),
+        pytest.param("python", "serve", "from aiohttp import web\n", {"examples"}, id="serve"),
+        pytest.param("python", "script", "    import pyspark.sql\n", {"spark"}, id="indented"),
+        pytest.param("python", "pytest", "import aiokafka07\n", {"pytest"}, id="test-module"),
+        pytest.param(
+            "python",
+            "pytest",
+            "import pytest\nimport aiohttp\n",
+            {"pytest", "examples"},
+            id="test-module-and-import",
+        ),
+        pytest.param("sh", "run", "aiokafka07 groups\n", set(), id="console-tool"),
+        pytest.param("sh", "run", "import aiohttp\n", set(), id="shell-not-python"),
     ],
 )
 def test_a_block_names_the_extras_of_its_imports_and_its_runner(
