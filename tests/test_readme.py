@@ -201,7 +201,7 @@ def installed_extras(text: str) -> set[str]:
     }
 
 
-def test_each_block_s_extras_are_installed_by_its_page() -> None:
+def test_each_page_installs_the_extras_of_its_blocks() -> None:
     """A block's page gives the command that installs its extras, before the block: the
     reader who follows the page has what the block imports."""
     unsaid = []
