@@ -5,10 +5,11 @@ index page shows.
 
 The site build is the one command README gives (``python -m sphinx -W ...``), into a
 temporary directory, in a fresh virtual environment that holds only what README's
-``pip install -e '.[docs]'`` installs: a module autodoc imports that the ``docs`` extra
-does not bring fails it. With ``-W`` a warning fails it: a broken link or anchor, a
-docstring reference to a name that does not exist, a public name without a reference
-entry, a console tool without a page (``docs/_ext/aiokafka07_docs.py``). Sphinx does
+``pip install -e '.[docs]'`` installs (``tests/environments.py``): a module autodoc
+imports that the ``docs`` extra does not bring fails it. With ``-W`` a warning fails
+it: a broken link or anchor, a docstring reference to a name that does not exist, a
+public name without a reference entry, a console tool without a page
+(``docs/_ext/aiokafka07_docs.py``). Sphinx does
 not check the anchors of the links it writes itself (the source pages' "[docs]" links):
 every internal link of the built HTML is checked here. The code blocks of the pages run
 in ``tests/test_readme.py``.
