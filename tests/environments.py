@@ -1,6 +1,6 @@
 """Fresh virtual environments holding this checkout as ``pip install -e '.[a,b]'`` installs
 it, with exactly the distributions those extras bring, made without a download: each
-distribution is linked file by file from this interpreter's installation.
+distribution is linked from this interpreter's installation (:func:`link_distribution`).
 
 What a documented command or code block needs beyond its extras is not there: a module
 the extras do not bring fails to import as it fails for a reader who installed just
@@ -110,9 +110,8 @@ def distributions(requirements: list[str]) -> list[importlib.metadata.Distributi
 def version() -> str:
     """This checkout's version, read from the source as setuptools reads it
     (``[tool.setuptools.dynamic]``: a literal ``__version__``)."""
-    module, _, name = pyproject()["tool"]["setuptools"]["dynamic"]["version"]["attr"].rpartition(
-        "."
-    )
+    attribute = pyproject()["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    module, _, name = attribute.rpartition(".")
     source = ROOT.joinpath(*module.split("."), "__init__.py")
     for node in ast.parse(source.read_text()).body:
         if isinstance(node, ast.Assign) and any(
@@ -162,6 +161,7 @@ def console_script(python: Path, target: str) -> str:
 
 
 def write_scripts(python: Path) -> None:
+    """The console tools' wrappers, next to ``python`` (the environment's ``bin/``)."""
     for name, target in entry_points().get("console_scripts", {}).items():
         script = python.parent / name
         script.write_text(console_script(python, target))
@@ -212,7 +212,7 @@ def environment_with(extras: Iterable[str], where: Path) -> Path:
     site = Path(subprocess.check_output([python, "-c", purelib], text=True).strip())
     for distribution in needed:
         link_distribution(distribution, site)
-    (site / "aiokafka07_checkout.pth").write_text(f"{ROOT}\n")
+    (site / f"{pyproject()['project']['name']}_checkout.pth").write_text(f"{ROOT}\n")
     write_metadata(site)
     write_scripts(python)
     return python
