@@ -5,10 +5,11 @@ index page shows.
 
 The site build is the one command README gives (``python -m sphinx -W ...``), into a
 temporary directory, in a fresh virtual environment that holds only what README's
-``pip install -e '.[docs]'`` installs: a module autodoc imports that the ``docs`` extra
-does not bring fails it. With ``-W`` a warning fails it: a broken link or anchor, a
-docstring reference to a name that does not exist, a public name without a reference
-entry, a console tool without a page (``docs/_ext/aiokafka07_docs.py``). Sphinx does
+``pip install -e '.[docs]'`` installs (``tests/environments.py``): a module autodoc
+imports that the ``docs`` extra does not bring fails it. With ``-W`` a warning fails
+it: a broken link or anchor, a docstring reference to a name that does not exist, a
+public name without a reference entry, a console tool without a page
+(``docs/_ext/aiokafka07_docs.py``). Sphinx does
 not check the anchors of the links it writes itself (the source pages' "[docs]" links):
 every internal link of the built HTML is checked here. The code blocks of the pages run
 in ``tests/test_readme.py``.
@@ -20,9 +21,7 @@ import ast
 import email.parser
 import html
 import html.parser
-import importlib.metadata
 import inspect
-import os
 import re
 import subprocess
 import sys
@@ -41,103 +40,13 @@ from aiokafka07 import cli
 from aiokafka07.group import Stream
 from aiokafka07.producer import BatchBuilder
 
+from .environments import activated, environment_with
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 
 # -- the site ------------------------------------------------------------------------------
-
-
-def _load_toml(path: Path) -> dict[str, Any]:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
-        from pip._vendor import tomli as tomllib
-    with path.open("rb") as file:
-        return tomllib.load(file)
-
-
-def extra_requirements(extra: str) -> list[str]:
-    """What ``pip install '.[extra]'`` of this checkout asks for, read from its
-    pyproject.toml (this interpreter's metadata of aiokafka07 may be another checkout's):
-    the dependencies, the extra's requirements, and those of the extras it names of
-    aiokafka07 itself (``aiokafka07[prometheus]``)."""
-    from packaging.requirements import Requirement
-
-    project = _load_toml(ROOT / "pyproject.toml")["project"]
-    requirements = list(project["dependencies"])
-    pending, seen = [extra], set()
-    while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for line in project["optional-dependencies"][name]:
-            requirement = Requirement(line)
-            if requirement.name == project["name"]:
-                pending += sorted(requirement.extras)
-            else:
-                requirements.append(line)
-    return requirements
-
-
-def distributions(requirements: list[str]) -> list[importlib.metadata.Distribution]:
-    """The installed distributions ``requirements`` need, their own needs included (each
-    as this interpreter has it installed; one missing here fails the test)."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    found: dict[str, importlib.metadata.Distribution] = {}
-    wanted: dict[str, set[str]] = {}  # name → the extras asked of it
-    pending = [Requirement(line) for line in requirements]
-    while pending:
-        requirement = pending.pop()
-        name = canonicalize_name(requirement.name)
-        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-            continue
-        extras = wanted.setdefault(name, set())
-        if name in found and requirement.extras <= extras:
-            continue
-        extras |= requirement.extras
-        try:
-            found[name] = importlib.metadata.distribution(requirement.name)
-        except importlib.metadata.PackageNotFoundError:
-            pytest.fail(f"{requirement.name} is not installed here: it is one the extra needs")
-        for line in found[name].requires or []:
-            needed = Requirement(line)
-            if needed.marker is None or any(
-                needed.marker.evaluate({"extra": extra}) for extra in ("", *extras)
-            ):
-                needed.marker = None
-                pending.append(needed)
-    return list(found.values())
-
-
-def environment_with(extra: str, where: Path) -> Path:
-    """A fresh virtual environment holding this checkout (as an editable install puts it
-    on the path) and exactly the distributions ``pip install -e '.[extra]'`` installs,
-    linked file by file from this interpreter's (no download); its python.
-
-    Only what the extra brings can be imported there: a module the docs build imports
-    that the extra lacks fails as it fails a reader who installed the extra alone.
-    """
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120
-    )
-    python = where / "bin" / "python"
-    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site_packages = Path(subprocess.check_output([python, "-c", purelib], text=True).strip())
-    for distribution in distributions(extra_requirements(extra)):
-        assert distribution.files is not None, f"{distribution.name}: no list of its files"
-        for file in distribution.files:
-            if file.is_absolute() or file.parts[0] == ".." or "__pycache__" in file.parts:
-                continue  # outside site-packages (bin/); bytecode is written anew
-            link = site_packages / file
-            link.parent.mkdir(parents=True, exist_ok=True)
-            if not link.exists():
-                link.symlink_to(Path(distribution.locate_file(file)).resolve())
-    (site_packages / "aiokafka07_checkout.pth").write_text(f"{ROOT}\n")
-    return python
 
 
 @pytest.fixture(scope="module")
@@ -146,13 +55,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory, in an environment with nothing but the ``docs`` extra. One build serves
     every test of the site."""
     out = tmp_path_factory.mktemp("site")
-    python = environment_with("docs", out / "venv")
+    python = environment_with({"docs"}, out / "venv")
     options = ["-W", "--keep-going", "-q", "-E", "-b", "html", "-d", str(out / "doctrees")]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only the venv's
     result = subprocess.run(
         [str(python), "-m", "sphinx", *options, str(DOCS), str(out / "html")],
         cwd=ROOT,
-        env=env,
+        env=activated(python),
         capture_output=True,
         text=True,
         timeout=900,
@@ -186,8 +94,8 @@ def test_site_builds_without_warnings(site: Path) -> None:
 def test_the_docs_extra_is_all_the_build_imports(tmp_path: Path) -> None:
     """The environment the site is built in has the docs extra and nothing else: not the
     test extra's packages (which once hid that the reference needs prometheus-client)."""
-    python = environment_with("docs", tmp_path / "venv")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    python = environment_with({"docs"}, tmp_path / "venv")
+    env = activated(python)
     probe = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])"
     present = ["sphinx", "myst_parser", "furo", "pytest", "prometheus_client", "aiokafka07"]
     absent = ["hypothesis", "mypy", "aiohttp", "pyspark", "nox"]

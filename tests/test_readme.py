@@ -6,8 +6,16 @@ The examples are written for ``aiokafka07 cluster`` with its defaults (ZooKeeper
 ports, and each block gets those addresses in place of the defaults; the blocks then run
 in order (README first, then the pages by path, each page top to bottom) against that one
 cluster, as someone pasting them one after another would (a page's consumer reads what
-its producer sent). Each block runs in a fresh directory, with this checkout first on
-the path and a time bound; a Python block must print nothing on stderr unless it
+its producer sent). Each block runs in a fresh directory, with a time bound, in a fresh
+virtual environment holding only what the extras the block names install, as
+``pip install -e '.[extras]'`` of this checkout leaves it (``tests/environments.py``:
+linked from this interpreter's installation, no download; the checkout on the path
+through a ``.pth`` line, the console tools' wrappers first on ``PATH``, no
+``PYTHONPATH``). A block names the extras of the modules it imports (:data:`EXTRAS`),
+and a test module the ``pytest`` extra that runs it; its page must give the command
+that installs them. So a block that imports a module its extras do not bring fails, as
+it fails for a reader who installed what the page says. One environment serves every
+block with the same extras. A Python block must print nothing on stderr unless it
 configures logging itself or runs Spark (whose JVM writes its banner there).
 
 A block's fence says how it runs:
@@ -25,25 +33,23 @@ A block's fence says how it runs:
   almost never this.
 
 Other fences (``sh`` without ``run``, ``text``, ``toml``) are shown only: installs,
-commands for a real cluster, output. A block that imports an optional extra's module
-(PySpark, pyarrow, aiohttp) is skipped only when that module is not installed, and says
-so.
+commands for a real cluster, output. A block whose extras need a distribution this
+interpreter lacks (PySpark, in the ``no-spark`` nox session) is skipped, and says so;
+one the ``test`` extra brings fails instead (this environment is incomplete).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import http.client
-import importlib.util
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,19 +57,31 @@ import pytest
 
 from aiokafka07 import SimpleConsumer
 
+from .environments import NotInstalled, activated, environment_with, extra_requirements
 from .nested import outside_this_run
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 
-#: Optional extras, by the top-level module a block would import.
+#: The extra that brings a module a block imports, by its top-level name (the library and
+#: the standard library need none). A module missing here fails the block where it runs:
+#: the base environment does not have it.
 EXTRAS = {
     "pyspark": "spark",
-    "pyarrow": "spark",
+    "pyarrow": "arrow",
     "aiohttp": "examples",
     "prometheus_client": "prometheus",
+    "pytest": "pytest",
+    "pytest_asyncio": "pytest",
 }
+#: The extra a ``python pytest`` block runs with: pytest and pytest-asyncio.
+PYTEST_EXTRA = "pytest"
+#: The extra README's test command installs, without which this suite does not run: a
+#: block needing a distribution it brings fails when that is missing, never skips.
+SUITE_EXTRA = "test"
+#: A page's command installing extras from a checkout: ``pip install -e '.[a,b]'``.
+INSTALL = re.compile(r"pip install (?:-e )?'?\.\[([\w,-]+)\]")
 #: Per block (Spark starts a JVM).
 TIMEOUT = 240
 #: The port a ``python serve`` block listens on as written.
@@ -96,9 +114,19 @@ class Block:
     def runs(self) -> bool:
         return self.mode not in ("no-run", "shown")
 
-    def needs(self) -> list[str]:
-        imported = re.findall(r"^\s*(?:from|import)\s+(\w+)", self.code, re.MULTILINE)
-        return sorted({module for module in imported if module in EXTRAS})
+    def imports(self) -> set[str]:
+        """The top-level modules the block imports (a Python block)."""
+        if self.language != "python":
+            return set()
+        return set(re.findall(r"^\s*(?:from|import)\s+(\w+)", self.code, re.MULTILINE))
+
+    def extras(self) -> frozenset[str]:
+        """The extras the block names: those of the modules it imports, and for a test
+        module the one pytest runs it with. Empty: ``pip install -e .`` alone."""
+        names = {EXTRAS[module] for module in self.imports() if module in EXTRAS}
+        if self.mode == "pytest":
+            names.add(PYTEST_EXTRA)
+        return frozenset(names)
 
 
 def pages() -> list[Path]:
@@ -139,6 +167,96 @@ def test_blocks_are_found_and_almost_all_run() -> None:
     assert [b.where for b in BLOCKS if b.mode == "run" and b.language == "sh"]
 
 
+@pytest.mark.parametrize(
+    ("language", "mode", "code", "extras"),
+    [
+        pytest.param("python", "script", "import aiokafka07 as k7\n", set(), id="library"),
+        pytest.param(
+            "python", "script", "from prometheus_client import Gauge\n", {"prometheus"}, id="from"
+        ),
+        pytest.param("python", "serve", "from aiohttp import web\n", {"examples"}, id="serve"),
+        pytest.param("python", "script", "    import pyspark.sql\n", {"spark"}, id="indented"),
+        pytest.param("python", "pytest", "import aiokafka07\n", {"pytest"}, id="test-module"),
+        pytest.param(
+            "python",
+            "pytest",
+            "import pytest\nimport aiohttp\n",
+            {"pytest", "examples"},
+            id="test-module-and-import",
+        ),
+        pytest.param("sh", "run", "aiokafka07 groups\n", set(), id="console-tool"),
+        pytest.param("sh", "run", "import aiohttp\n", set(), id="shell-not-python"),
+    ],
+)
+def test_a_block_names_the_extras_of_its_imports_and_its_runner(
+    language: str, mode: str, code: str, extras: set[str]
+) -> None:
+    block = Block(README, "section", 1, language, mode, code)
+    assert block.extras() == extras
+
+
+def installed_extras(text: str) -> set[str]:
+    """The extras the commands of ``text`` install from a checkout (a command may wrap)."""
+    return {
+        extra for found in INSTALL.findall(" ".join(text.split())) for extra in found.split(",")
+    }
+
+
+def test_each_page_installs_the_extras_of_its_blocks() -> None:
+    """A block's page gives the command that installs its extras, before the block: the
+    reader who follows the page has what the block imports."""
+    unsaid = []
+    for block in BLOCKS:
+        lines = block.path.read_text().splitlines()[: block.line]
+        said = installed_extras("\n".join(lines))
+        unsaid += [f"{block.where}: {extra}" for extra in sorted(block.extras() - said)]
+    assert unsaid == []
+    assert installed_extras("`python -m pip install -e\n'.[exporter,bridge]'`") == {
+        "exporter",
+        "bridge",
+    }
+
+
+#: A fresh environment with the given extras installed (its python), made on first use.
+Environments = Callable[[frozenset[str]], Path]
+
+
+@pytest.fixture(scope="module")
+def environments(tmp_path_factory: pytest.TempPathFactory) -> Environments:
+    """One environment per set of extras, shared by the module's blocks that name it (each
+    pytest-xdist worker makes its own, in its own temporary directory). Skips a block
+    whose extras need a distribution this interpreter lacks, unless the ``test`` extra
+    brings it (then this interpreter is broken: that fails)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    suite = {canonicalize_name(Requirement(r).name) for r in extra_requirements({SUITE_EXTRA})}
+
+    @functools.cache
+    def made(extras: frozenset[str]) -> Path | NotInstalled:
+        where = tmp_path_factory.mktemp("-".join(sorted(extras)) or "base") / "venv"
+        try:
+            return environment_with(extras, where)
+        except NotInstalled as missing:
+            return missing
+
+    def environment(extras: frozenset[str]) -> Path:
+        found = made(extras)
+        if isinstance(found, NotInstalled):
+            if found.name in suite:
+                raise found
+            pytest.skip(f"needs the {', '.join(sorted(extras))} extra: {found}")
+        return found
+
+    return environment
+
+
+def _env(python: Path) -> dict[str, str]:
+    """A shell's variables with the environment of ``python`` activated, outside this
+    pytest run."""
+    return activated(python, outside_this_run())
+
+
 @dataclass
 class Cluster:
     zookeeper: str
@@ -153,15 +271,17 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(zookeeper_installed: str) -> Iterator[Cluster]:
-    """``aiokafka07 cluster`` on free ports, for every block of the module."""
+def cluster(zookeeper_installed: str, environments: Environments) -> Iterator[Cluster]:
+    """``aiokafka07 cluster`` on free ports, for every block of the module, run as a reader
+    runs it: the console tool of ``pip install -e .``."""
+    env = _env(environments(frozenset()))
     process = subprocess.Popen(
-        [sys.executable, "-m", "aiokafka07", "cluster", "--zookeeper-port", "0", "--port", "0"],
+        ["aiokafka07", "cluster", "--zookeeper-port", "0", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env=_env(),
+        env=env,
     )
     try:
         assert process.stdout is not None
@@ -175,52 +295,74 @@ def cluster(zookeeper_installed: str) -> Iterator[Cluster]:
         process.communicate(timeout=60)
 
 
-def _env() -> dict[str, str]:
-    """This checkout first on the path, and this interpreter's scripts (``aiokafka07``)
-    first on PATH, as in an activated virtual environment."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    scripts = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
-    return {**outside_this_run(), "PYTHONPATH": path, "PATH": scripts}
-
-
-@pytest.mark.parametrize("block", [b for b in BLOCKS if b.runs], ids=lambda b: b.id)
-def test_code_block_runs(block: Block, cluster: Cluster, tmp_path: Path) -> None:
-    for module in block.needs():
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"needs {module} (the {EXTRAS[module]} extra), which is not installed")
-    code = cluster.rewrite(block.code)
-    if block.mode == "serve":
-        _serve(block, code, cluster, tmp_path)
-        return
+def run_block(
+    block: Block, code: str, python: Path, where: Path
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (a script, a test module or shell commands, as ``block``'s fence says)
+    in the directory ``where`` with the environment of ``python`` activated."""
     if block.language == "sh":
         command = ["bash", "-e", "-o", "pipefail", "-c", code]
     elif block.mode == "pytest":
-        (tmp_path / "test_block.py").write_text(code)
+        (where / "test_block.py").write_text(code)
         # As a project of the reader's would configure it: pytest-asyncio warns on stderr
         # (some versions only) when the fixture loop scope is left unset.
         options = ["-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function"]
-        command = [sys.executable, "-m", "pytest", "-q", *options, "test_block.py"]
+        command = [str(python), "-m", "pytest", "-q", *options, "test_block.py"]
     else:
-        (tmp_path / "block.py").write_text(code)
-        command = [sys.executable, "block.py"]
-    result = subprocess.run(
+        (where / "block.py").write_text(code)
+        command = [str(python), "block.py"]
+    return subprocess.run(
         command,
-        cwd=tmp_path,
+        cwd=where,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
         check=False,
-        env=_env(),
+        env=_env(python),
     )
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.runs], ids=lambda b: b.id)
+def test_code_block_runs(
+    block: Block, environments: Environments, cluster: Cluster, tmp_path: Path
+) -> None:
+    python = environments(block.extras())
+    code = cluster.rewrite(block.code)
+    if block.mode == "serve":
+        _serve(block, code, cluster, python, tmp_path)
+        return
+    result = run_block(block, code, python, tmp_path)
     assert result.returncode == 0, f"{block.where}\n{result.stdout}\n{result.stderr}"
     if block.mode == "pytest":
         assert re.search(r"\b1 passed\b", result.stdout), result.stdout
     # The library prints nothing by itself; Spark's JVM writes its banner to stderr, a
     # block that configures logging may well print there on purpose, and the console
     # tools report on stderr.
-    quiet = "pyspark" not in block.needs() and "import logging" not in block.code
+    quiet = "spark" not in block.extras() and "logging" not in block.imports()
     if block.language == "python" and quiet:
         assert result.stderr == "", f"{block.where}\n{result.stderr}"
+
+
+def test_a_block_sees_only_what_its_extras_install(
+    environments: Environments, tmp_path: Path
+) -> None:
+    """The check can fail: the client-metrics block run where only ``pip install -e .``
+    is (no prometheus extra) fails to import prometheus_client; the checkout it imports
+    is this one, through the environment's ``.pth`` line, and the console tools on PATH
+    are the environment's."""
+    (metrics,) = [b for b in BLOCKS if "prometheus_client" in b.imports()]
+    base = environments(frozenset())
+    failed = run_block(metrics, metrics.code, base, tmp_path)
+    assert failed.returncode != 0
+    assert "No module named 'prometheus_client'" in failed.stderr, failed.stderr
+    code = "command -v aiokafka07\npython -c 'import aiokafka07; print(aiokafka07.__file__)'\n"
+    probe = Block(README, "probe", 1, "sh", "run", code)
+    found = run_block(probe, probe.code, base, tmp_path)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines() == [
+        str(base.parent / "aiokafka07"),
+        str(ROOT / "aiokafka07" / "__init__.py"),
+    ]
 
 
 # -- python serve ----------------------------------------------------------------------------
@@ -256,19 +398,21 @@ def _post(port: int, path: str, body: bytes) -> tuple[int, dict[str, str], bytes
         connection.close()
 
 
-def _run_server(code: str, tmp_path: Path, post: tuple[str, bytes]) -> tuple[int, bytes, str]:
-    """Serve the block on a free port, POST once, stop it with Ctrl-C: the answer's
-    status and body, and what the server printed on stderr."""
+def _run_server(
+    code: str, python: Path, tmp_path: Path, post: tuple[str, bytes]
+) -> tuple[int, bytes, str]:
+    """Serve the block with ``python`` on a free port, POST once, stop it with Ctrl-C: the
+    answer's status and body, and what the server printed on stderr."""
     port = _free_port()
     source = tmp_path / "server.py"
     source.write_text(re.sub(rf"\b{SERVE_PORT}\b", str(port), code))
     server = subprocess.Popen(
-        [sys.executable, source.name],
+        [str(python), source.name],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=_env(python),
     )
     try:
         _wait_for_port(port, server, timeout=60)
@@ -291,9 +435,9 @@ async def _read_topic(cluster: Cluster, topic: str) -> list[bytes]:
     return values
 
 
-def _serve(block: Block, code: str, cluster: Cluster, tmp_path: Path) -> None:
+def _serve(block: Block, code: str, cluster: Cluster, python: Path, tmp_path: Path) -> None:
     topic, body = f"served-{block.line}", b"posted to a served block"
-    status, answer, err = _run_server(code, tmp_path, (f"/topics/{topic}?key=user-1", body))
+    status, answer, err = _run_server(code, python, tmp_path, (f"/topics/{topic}?key=user-1", body))
     assert status == 202, f"{block.where}: {status} {answer!r}\n{err}"
     # Accepted means delivered: stopping the server flushed the producer.
     assert asyncio.run(_read_topic(cluster, topic)) == [body], block.where
@@ -303,6 +447,6 @@ def _serve(block: Block, code: str, cluster: Cluster, tmp_path: Path) -> None:
     chroot = f'"{cluster.zookeeper}/no-brokers-here"'
     assert f'"{cluster.zookeeper}"' in code, f"{block.where}: the ZooKeeper address is a literal"
     wrong = code.replace(f'"{cluster.zookeeper}"', chroot)
-    status, answer, err = _run_server(wrong, tmp_path, (f"/topics/{topic}", body))
+    status, answer, err = _run_server(wrong, python, tmp_path, (f"/topics/{topic}", body))
     assert status == 503, f"{block.where}: {status} {answer!r}\n{err}"
     assert "no live broker" in json.loads(answer)["error"], answer

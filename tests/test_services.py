@@ -31,14 +31,14 @@ from aiokafka07.testing.process import start_broker_process, stop_broker_process
 from aiokafka07.znodes import GroupRegistry, offset_path
 from aiokafka07.zookeeper import ZooKeeper
 
+from .environments import load_toml
 from .groups import produce
-from .test_docs import _load_toml
 from .wire import eventually
 
 ROOT = Path(__file__).parent.parent
 SYSTEMD = ROOT / "deploy" / "systemd"
 CONTAINERFILE = ROOT / "deploy" / "container" / "Containerfile"
-PYPROJECT = _load_toml(ROOT / "pyproject.toml")
+PYPROJECT = load_toml(ROOT / "pyproject.toml")
 
 #: Each tool's unit, its environment file, the variable holding its options, and the
 #: longest its clean stop can take (seconds), which the unit's TimeoutStopSec must exceed:
