@@ -38,6 +38,12 @@ What is measured, and why:
   above (``MemoryRecords`` -> ``next_batch`` -> ``validate_crc`` -> iterate, which
   decompresses the wrapper and walks its inner records) over what that builder wrote.
   Each row's ratio is our speed over aiokafka's (its time over ours), per repetition.
+  Our decode is timed twice per row: into records (:func:`decode_message_set`, a list
+  of messages, every value touched as above) and into columns
+  (:func:`~aiokafka07.protocol.columns.decode_columns_into`: offsets, value ends and
+  all values back to back in three buffers, what ``RecordBatch`` and the Spark source
+  hold; no Python object per message, the count and the byte total read off the
+  columns), each against the same aiokafka reader.
   The compressed rows do not ask the same work of both: our decoder checks the CRC of
   every message inside a wrapper, aiokafka's reader only the wrapper's (its
   ``validate_crc`` is the batch's). The header says so each run, from a trial on a
@@ -79,6 +85,7 @@ from aiokafka07.protocol import (
     entry_size,
     implementation,
 )
+from aiokafka07.protocol.columns import MessageColumns, decode_columns_into
 from aiokafka07.protocol.compression import decompress_buffer
 
 PAYLOAD_SIZE = 100
@@ -206,6 +213,18 @@ def our_decoder(buf: bytes) -> Callable[[], int]:
     return run
 
 
+def our_columns_decoder(buf: bytes) -> Callable[[], int]:
+    """Decode ``buf`` into columns (every CRC checked, wrappers expanded, each value
+    copied into the values buffer); the count and byte total come off the columns."""
+
+    def run() -> int:
+        columns = MessageColumns()
+        decode_columns_into(columns, buf)
+        return len(columns) + len(columns.values)
+
+    return run
+
+
 def our_encoder(payloads: list[bytes]) -> Callable[[], bytes]:
     def run() -> bytes:
         return encode_message_set(payloads)
@@ -317,6 +336,12 @@ def peer_operations(payloads: list[bytes]) -> dict[str, Operation]:
 ROW_SIZES = (1_000, 100_000)
 #: The codecs of those rows, with aiokafka's compression_type for each.
 ROW_CODECS = {"none": 0, "gzip": 1, "snappy": 2}
+#: Our operations in those rows: decode into records, into columns, and encode.
+ROW_OPS = ("decode", "decode_columns", "encode")
+#: The peer's operation each of ours is compared with (both decodes: its one reader).
+PEER_OP = {"decode": "decode", "decode_columns": "decode", "encode": "encode"}
+#: How each row operation is named in the table.
+ROW_LABELS = {"decode": "records", "decode_columns": "columns", "encode": "encode"}
 
 
 def peer_reader(buf: bytes) -> Callable[[], int]:
@@ -379,8 +404,15 @@ def row_operations(
     def encode() -> bytes:
         return encode_message_set(payloads, compression=codec)
 
+    columns = MessageColumns()
+    decode_columns_into(columns, ours)
+    _check(
+        bytes(columns.values) == b"".join(payloads) and len(columns) == n,
+        f"our {codec} columns round trip",
+    )
     operations = {
         "ours/decode": Operation(our_decoder(ours), n, len(ours), data_bytes=data),
+        "ours/decode_columns": Operation(our_columns_decoder(ours), n, len(ours), data_bytes=data),
         "ours/encode": Operation(encode, n, len(ours), data_bytes=data),
     }
     if peer:
@@ -520,22 +552,24 @@ class Results:
         return self.operations[f"rows/{codec}/{size}/{who}/{op}"]
 
     def row_speed_over_peer(self, codec: str, size: int, op: str) -> dict[str, float] | None:
-        """Our speed over aiokafka's in one row (its time over ours), per repetition."""
+        """Our speed over aiokafka's in one row (its time over ours), per repetition; both
+        our decodes (records, columns) against the same reader."""
         if not isinstance(self.peer, Peer):
             return None
         return ratios(
-            self.row(codec, size, "aiokafka", op).seconds, self.row(codec, size, "ours", op).seconds
+            self.row(codec, size, "aiokafka", PEER_OP[op]).seconds,
+            self.row(codec, size, "ours", op).seconds,
         )
 
     def rows_dict(self) -> dict[str, Any]:
         rows: dict[str, Any] = {}
         for codec, size in self.row_bytes:
             entry: dict[str, Any] = {"messages": size, "wire_bytes": self.row_bytes[codec, size]}
-            for op in ("decode", "encode"):
+            for op in ROW_OPS:
                 figures: dict[str, Any] = {"ours": self.row(codec, size, "ours", op).rates()}
                 ratio = self.row_speed_over_peer(codec, size, op)
                 if ratio is not None:
-                    figures["aiokafka"] = self.row(codec, size, "aiokafka", op).rates()
+                    figures["aiokafka"] = self.row(codec, size, "aiokafka", PEER_OP[op]).rates()
                     figures["ours_speed_over_aiokafka"] = ratio
                 entry[op] = figures
             rows.setdefault(codec, {})[str(size)] = entry
@@ -698,18 +732,24 @@ def render(r: Results) -> str:
             "  ours speed / aiokafka's"
         )
         for codec, size in r.row_bytes:
-            for op in ("decode", "encode"):
+            for op in ROW_OPS:
                 mine = r.row(codec, size, "ours", op).rates()["messages_per_s"]["median"]
                 ratio = r.row_speed_over_peer(codec, size, op)
                 if ratio is None:
                     theirs, shown = "n/a", "n/a (aiokafka missing)"
                 else:
-                    rates = r.row(codec, size, "aiokafka", op).rates()
+                    rates = r.row(codec, size, "aiokafka", PEER_OP[op]).rates()
                     theirs, shown = f"{rates['messages_per_s']['median']:,.0f}", _ratio(ratio)
-                add(f"  {codec:<8}{size:>9,}  {op:<7}{mine:>13,.0f}{theirs:>17}  {shown}")
+                label = ROW_LABELS[op]
+                add(f"  {codec:<8}{size:>9,}  {label:<7}{mine:>13,.0f}{theirs:>17}  {shown}")
         add(
-            "  decode: the whole set, wrapper expanded, every CRC checked (aiokafka: see"
-            " 'CRCs in a compressed wrapper' above), every value touched"
+            "  records: the whole set decoded into a list of messages, wrapper expanded, every"
+            " CRC checked (aiokafka: see 'CRCs in a compressed wrapper' above), every value"
+            " touched"
+        )
+        add(
+            "  columns: the same decode into column buffers (offsets, value ends, values),"
+            " no object per message; against the same aiokafka reader"
         )
         add("  encode: the whole set from the payloads, compressed into one wrapper")
     return "\n".join(lines)

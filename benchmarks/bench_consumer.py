@@ -1,8 +1,9 @@
-"""SimpleConsumer throughput and pipelined request rate over loopback, as ratios to a floor
-measured in the same run.
+"""SimpleConsumer and group consumer throughput, and pipelined request rate over loopback,
+as ratios to a floor measured in the same run.
 
-The embedded broker runs in its own process (one core); the consumer measured runs here
-(the other core), as a user's consumer process would.
+The embedded broker runs in its own process (one core), registered in a real ZooKeeper
+(Debian's package) for the group consumer; the consumer measured runs here (the other
+core), as a user's consumer process would.
 
 * **Iteration.** A backlog of ``--messages`` 100-byte uncompressed messages (one
   partition, produced beforehand) read four ways, interleaved, ``--reps`` times (>= 5).
@@ -18,6 +19,28 @@ The embedded broker runs in its own process (one core); the consumer measured ru
   value touched. Each figure is this process's CPU time (``time.process_time()``) per
   message; ``batches()`` is given as a ratio to the raw floor and ``messages()`` to the
   raw generator floor of the same repetition; also the wall-clock rates.
+  ``record_batches()`` (one :class:`~aiokafka07.RecordBatch` per fetch, decoded into
+  columns) runs in the same rotation, counting each batch's length as ``batches()`` does,
+  against the raw floor.
+* **Record batches (group consumer).** A backlog of ``--messages`` 100-byte messages over
+  4 partitions (uncompressed, and snappy: 1,000 messages a wrapper), written as 0.7.2
+  segment files before the broker starts, read three ways, interleaved, ``--reps`` times
+  (>= 5), each counting every message and a byte total:
+
+  - the **checking floor** (``common.RawFetcher.checked``): the raw client's MULTIFETCH
+    loop over the same 4 partitions, each answer walked in C without a Python object per
+    message (``count_message_set``): every size, magic byte and CRC checked, wrappers
+    decompressed and the CRC of every message inside them checked too, the least any
+    checking consumer does; it counts the messages and the bytes it checked;
+  - ``getmany()`` of a group member (a fresh group each run, from the smallest offset),
+    counting the records of each call and adding up ``len(record.value)`` of each;
+  - ``getmany_batches()`` of a group member, counting ``len(batch)`` and adding up
+    ``batch.nbytes`` (the values' bytes) of each batch.
+
+  Printed per codec: messages per wall-clock second and CPU us per message of each, and,
+  per repetition, ``getmany_batches()``'s rate over ``getmany()``'s and over the
+  checking floor's (and ``getmany()``'s over the floor), median and spread; the same
+  ratios of CPU speed (the other's CPU time per message over this one's).
 * **Pipelining.** ``--requests`` small fetches (one 100-byte message each) on one
   connection: one at a time (await each answer) against all issued at once (answers
   matched in order), ``--reps`` times in turns. Requests per second for both, and their
@@ -28,7 +51,7 @@ load average before and after. No verdict: the ratios say how far above the floo
 consumer is on this machine, now.
 
 Run: ``python benchmarks/bench_consumer.py [--messages N] [--requests N] [--reps R]
-[--loop L] [--json]``.
+[--loop L] [--json]``. ``--messages`` sizes both backlogs.
 
 ``--loop``: the event loop(s), see ``common.on_each_loop``.
 """
@@ -38,10 +61,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from common import (
@@ -49,6 +74,7 @@ from common import (
     Run,
     add_loop_option,
     count_batches,
+    count_checked,
     count_records,
     load,
     on_each_loop,
@@ -56,17 +82,36 @@ from common import (
     spread,
     start_broker,
     timed,
+    write_segments,
 )
 
 from aiokafka07 import BrokerAddress, BrokerConnection, SimpleConsumer
+from aiokafka07.group.consumer import Consumer
+from aiokafka07.protocol import encode_message_set
+from aiokafka07.testing import ZooKeeperServer
 
 PAYLOAD = 100
 BATCH = 1000
 TOPIC = "backlog"
 MB = 1e6
-MODES = ("raw", "raw_generator", "batches", "messages")
+MODES = ("raw", "raw_generator", "batches", "messages", "record_batches")
 #: Each mode's floor: the raw client doing the same work.
-FLOOR_OF = {"batches": "raw", "messages": "raw_generator"}
+FLOOR_OF = {"batches": "raw", "messages": "raw_generator", "record_batches": "raw"}
+#: The group consumer's backlog: partitions and codecs.
+PARTITIONS = 4
+CODECS = ("none", "snappy")
+#: The group consumer's reads, the checking floor first.
+GROUP_MODES = ("checked", "getmany", "getmany_batches")
+#: The rate ratios printed for them: (numerator, denominator), per repetition.
+GROUP_RATIOS = (
+    ("getmany_batches", "getmany"),
+    ("getmany_batches", "checked"),
+    ("getmany", "checked"),
+)
+#: The group consumer's default fetch size, which the checking floor uses too.
+FETCH_SIZE = 1 << 20
+#: A group read that gets nothing for this long ends (and the figure is refused).
+IDLE_MS = 30_000
 
 
 async def produce_backlog(conn: BrokerConnection, messages: int) -> int:
@@ -103,6 +148,13 @@ async def read_batches(consumer: SimpleConsumer) -> int:
     return count
 
 
+async def read_record_batches(consumer: SimpleConsumer) -> int:
+    count = 0
+    async for batch in consumer.record_batches(TOPIC, 0, 0):
+        count += len(batch)
+    return count
+
+
 async def iteration(
     client: RawFetcher, consumer: SimpleConsumer, expected: int, reps: int
 ) -> dict[str, Any]:
@@ -112,6 +164,7 @@ async def iteration(
         "raw_generator": lambda: count_records(client.records(TOPIC, [0], size)),
         "messages": lambda: read_messages(consumer),
         "batches": lambda: read_batches(consumer),
+        "record_batches": lambda: read_record_batches(consumer),
     }
     runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
     for rep in range(reps):  # interleaved, in a rotating order
@@ -133,6 +186,113 @@ async def iteration(
             figures[mode]["floor"] = FLOOR_OF[mode]
             figures[mode]["cpu_ratio_to_floor"] = ratios(cpu, floor)
     return figures
+
+
+# -- record batches of the group consumer ---------------------------------------------
+
+
+def write_group_backlog(log_dir: Path, codec: str, messages: int) -> int:
+    """About ``messages`` over :data:`PARTITIONS` segment files of topic
+    ``group-<codec>`` (sets of 1000 messages, one wrapper each when compressed); returns
+    how many were written."""
+    rng = random.Random(11)
+    payloads = [rng.randbytes(30) + b"m" * (PAYLOAD - 30) for _ in range(BATCH)]
+    chunk = encode_message_set(payloads, compression=codec)
+    per_partition = max(messages // PARTITIONS // BATCH, 1)
+    write_segments(log_dir, f"group-{codec}", PARTITIONS, chunk, per_partition)
+    return per_partition * BATCH * PARTITIONS
+
+
+async def checked_read(port: int, topic: str) -> int:
+    """The checking floor (see the module docstring) over every partition of ``topic``."""
+    client = await RawFetcher.open(port)
+    try:
+        return await count_checked(client.checked(topic, range(PARTITIONS), FETCH_SIZE))
+    finally:
+        await client.close()
+
+
+_groups = iter(range(1_000_000))
+
+
+async def group_read(connect: str, topic: str, expected: int, mode: str) -> Run:
+    """A fresh group member reading ``topic`` from the start with ``getmany()`` or
+    ``getmany_batches()`` (``mode``) until it has ``expected`` messages; the read alone
+    is timed (not the join)."""
+    consumer = Consumer(
+        topic,
+        group=f"bench-{next(_groups)}",
+        zookeeper=connect,
+        auto_offset_reset="smallest",
+        consumer_timeout_ms=IDLE_MS,
+    )
+    await consumer.start()
+    try:
+
+        async def by_records() -> int:
+            count = size = 0
+            while count < expected:
+                got = await consumer.getmany(timeout_ms=IDLE_MS)
+                if not got:
+                    break
+                for records in got.values():
+                    count += len(records)
+                    for record in records:
+                        size += len(record.value)
+            return count
+
+        async def by_batches() -> int:
+            count = size = 0
+            while count < expected:
+                got = await consumer.getmany_batches(timeout_ms=IDLE_MS)
+                if not got:
+                    break
+                for batch in got.values():
+                    count += len(batch)
+                    size += batch.nbytes
+            return count
+
+        return await timed(by_batches if mode == "getmany_batches" else by_records)
+    finally:
+        await consumer.close(commit=False)
+
+
+async def record_batches(
+    connect: str, port: int, topics: dict[str, int], reps: int
+) -> dict[str, Any]:
+    """The group section (see the module docstring): per codec, every mode interleaved
+    in a rotating order, ``reps`` times."""
+    results: dict[str, Any] = {}
+    for codec in CODECS:
+        topic, expected = f"group-{codec}", topics[codec]
+        runs: dict[str, list[Run]] = {mode: [] for mode in GROUP_MODES}
+        for rep in range(reps):
+            shift = rep % len(GROUP_MODES)
+            for mode in GROUP_MODES[shift:] + GROUP_MODES[:shift]:
+                if mode == "checked":
+                    run = await timed(lambda topic=topic: checked_read(port, topic))
+                else:
+                    run = await group_read(connect, topic, expected, mode)
+                if run.count != expected:
+                    raise RuntimeError(f"{mode} read {run.count} messages, expected {expected}")
+                runs[mode].append(run)
+        figures: dict[str, Any] = {"messages": expected}
+        for mode in GROUP_MODES:
+            figures[mode] = {
+                "cpu_us_per_message": spread([r.cpu_us for r in runs[mode]]),
+                "messages_per_s": spread([r.rate for r in runs[mode]]),
+            }
+        for this, other in GROUP_RATIOS:
+            name = f"{this}_over_{other}"
+            figures[f"rate_{name}"] = ratios(
+                [r.rate for r in runs[this]], [r.rate for r in runs[other]]
+            )
+            # CPU speed: the other's CPU time per message over this one's.
+            figures[f"cpu_speed_{name}"] = ratios(
+                [r.cpu_us for r in runs[other]], [r.cpu_us for r in runs[this]]
+            )
+        results[codec] = figures
+    return results
 
 
 async def pipelining(conn: BrokerConnection, requests: int, reps: int) -> dict[str, Any]:
@@ -172,6 +332,7 @@ async def pipelining(conn: BrokerConnection, requests: int, reps: int) -> dict[s
 
 
 async def run(messages: int, requests: int, reps: int) -> dict[str, Any]:
+    logging.getLogger("aiokafka07").setLevel(logging.WARNING)
     messages -= messages % BATCH
     results: dict[str, Any] = {
         "messages": messages,
@@ -179,8 +340,9 @@ async def run(messages: int, requests: int, reps: int) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "load_before": load(),
     }
-    with tempfile.TemporaryDirectory(prefix="bench-consumer-") as log_dir:
-        proc, port = await start_broker(log_dir)
+    with tempfile.TemporaryDirectory(prefix="bench-consumer-") as log_dir, ZooKeeperServer() as zk:
+        topics = {c: write_group_backlog(Path(log_dir), c, messages) for c in CODECS}
+        proc, port = await start_broker(log_dir, partitions=PARTITIONS, zookeeper=zk.connect_string)
         try:
             conn = await BrokerConnection.open(BrokerAddress(0, "127.0.0.1", port))
             try:
@@ -194,6 +356,9 @@ async def run(messages: int, requests: int, reps: int) -> dict[str, Any]:
                     finally:
                         await client.close()
                 results["requests"] = await pipelining(conn, requests, reps)
+                results["record_batches"] = await record_batches(
+                    zk.connect_string, port, topics, reps
+                )
             finally:
                 await conn.close()
         finally:
@@ -224,6 +389,7 @@ def render(r: dict[str, Any]) -> str:
         "raw_generator": "raw generator floor",
         "batches": "batches() / raw floor",
         "messages": "messages() / raw generator floor",
+        "record_batches": "record_batches() / raw floor",
     }
     for mode in MODES:
         f = r["iteration"][mode]
@@ -238,7 +404,40 @@ def render(r: dict[str, Any]) -> str:
         f"{rate(q['serial_per_s'])}/s, pipelined {rate(q['pipelined_per_s'])}/s; "
         f"pipelined / one at a time {ratio(q['pipelined_over_serial'])}"
     )
+    lines.extend(render_record_batches(r["record_batches"]))
     return "\n".join(lines)
+
+
+def render_record_batches(figures: dict[str, Any]) -> list[str]:
+    """The group section's lines: each read's rate and CPU, then the ratios."""
+
+    def ratio(f: dict[str, float]) -> str:
+        return f"{f['median']:.2f}x ({f['min']:.2f}..{f['max']:.2f})"
+
+    labels = {
+        "checked": "checking floor (every CRC)",
+        "getmany": "getmany()",
+        "getmany_batches": "getmany_batches()",
+    }
+    lines = []
+    for codec, f in figures.items():
+        lines.append(
+            f"  group consumer, {codec}: {f['messages']:,} messages over {PARTITIONS} "
+            "partitions; msgs/s median (min..max), CPU us/message"
+        )
+        for mode in GROUP_MODES:
+            rate = f[mode]["messages_per_s"]
+            lines.append(
+                f"    {labels[mode]:<28} {rate['median']:>12,.0f} ({rate['min']:,.0f}.."
+                f"{rate['max']:,.0f}) msgs/s  {f[mode]['cpu_us_per_message']['median']:6.3f} us"
+            )
+        for this, other in GROUP_RATIOS:
+            name = f"{this}_over_{other}"
+            lines.append(
+                f"    {labels[this]} / {labels[other]}: rate {ratio(f[f'rate_{name}'])}, "
+                f"CPU speed {ratio(f[f'cpu_speed_{name}'])}"
+            )
+    return lines
 
 
 def main() -> None:

@@ -66,7 +66,8 @@ def test_codec_benchmark_reports_every_figure_and_ratio() -> None:
         assert set(by_size) == {"1000", "100000"}, codec
         for size, row in by_size.items():
             assert row["messages"] == int(size)
-            for op in ("decode", "encode"):
+            # Decoding into records and into columns, each against aiokafka's reader.
+            for op in ("decode", "decode_columns", "encode"):
                 rate = row[op]["ours"]["messages_per_s"]
                 assert 0 < rate["min"] <= rate["median"] <= rate["max"]
                 if figures["peer"]["available"]:
@@ -114,15 +115,33 @@ def test_consumer_benchmark_reports_ratios_to_its_floor_and_request_rates() -> N
     assert figures["reps"] == 2
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
     iteration = figures["iteration"]
-    for mode in ("raw", "raw_generator", "messages", "batches"):
+    for mode in ("raw", "raw_generator", "messages", "batches", "record_batches"):
         assert iteration[mode]["cpu_us_per_message"]["median"] > 0
         assert iteration[mode]["messages_per_s"]["min"] > 0
     # Each consumer path against the raw client doing the same work.
     assert iteration["batches"]["floor"] == "raw"
+    assert iteration["record_batches"]["floor"] == "raw"
     assert iteration["messages"]["floor"] == "raw_generator"
-    for mode in ("messages", "batches"):
+    for mode in ("messages", "batches", "record_batches"):
         ratio = iteration[mode]["cpu_ratio_to_floor"]
         assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+    # The group consumer's record batches against getmany() and the checking floor.
+    group = figures["record_batches"]
+    assert set(group) == {"none", "snappy"}
+    for codec, by_mode in group.items():
+        assert by_mode["messages"] >= 1000, codec
+        for mode in ("checked", "getmany", "getmany_batches"):
+            for figure in ("messages_per_s", "cpu_us_per_message"):
+                x = by_mode[mode][figure]
+                assert 0 < x["min"] <= x["median"] <= x["max"], (codec, mode, figure)
+        for name in (
+            "getmany_batches_over_getmany",
+            "getmany_batches_over_checked",
+            "getmany_over_checked",
+        ):
+            for kind in ("rate", "cpu_speed"):
+                ratio = by_mode[f"{kind}_{name}"]
+                assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"], (codec, kind, name)
     requests = figures["requests"]
     assert requests["pipelined_per_s"]["min"] > 0
     assert requests["serial_per_s"]["min"] > 0
