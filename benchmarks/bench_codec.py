@@ -10,7 +10,7 @@ What is measured, and why:
   tuples, whose collections make the decode figures (the pure-Python one most) vary
   between repetitions; the spread shows it.
 * **Timing.** Every operation below is a loop sized to take about 1 s in all (``--quick``:
-  0.2 s), split over ``--reps`` (>= 5) repetitions; the repetitions are interleaved (each
+  0.05 s), split over ``--reps`` (>= 5) repetitions; the repetitions are interleaved (each
   runs every operation once, in a rotating order), so a busy moment of the machine slows
   ours and the peer's alike. Each ratio is taken within one repetition; printed are its median and
   spread (min..max), the rates' medians and spreads, and the machine's load average before
@@ -93,7 +93,7 @@ SET_BYTES = 1 << 20
 MESSAGES = SET_BYTES // entry_size(PAYLOAD_SIZE)
 REPS = 5
 SECONDS = 1.0
-QUICK_SECONDS = 0.2
+QUICK_SECONDS = 0.05
 MB = 1e6
 
 _XERIAL_HEADER_SIZE = 16
