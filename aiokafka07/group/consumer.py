@@ -479,15 +479,30 @@ class Consumer:
             raise ConsumerStoppedError("the consumer is closed")
         wanted = set(partitions)
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while True:
-            delivery.check()
+
+        def take() -> bool:
             if wanted:
                 self._take_of(wanted, result, max_records)
             else:
                 self._take(result, max_records)
-            if result or delivery.closed:
+            return bool(result)
+
+        await self._gather(take, timeout_ms)
+        return result
+
+    async def _gather(self, take: Callable[[], bool], timeout_ms: float) -> None:
+        """Call ``take()`` (it adds what is buffered to the caller's result and says
+        whether there is any) until it gets something, the consumer closes, or
+        ``timeout_ms`` passes, waiting for fetched data in between: ``getmany`` and
+        ``getmany_batches``. Raises :class:`ConsumerStoppedError` if the consumer closed
+        with nothing gathered."""
+        delivery = self._delivery
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            delivery.check()
+            got = take()
+            if got or delivery.closed:
                 break
             left = deadline - loop.time()
             if left <= 0:
@@ -497,9 +512,8 @@ class Consumer:
                 await wait_for(delivery.data.wait(), left)
             except asyncio.TimeoutError:
                 break
-        if not result and delivery.closed:
+        if not got and delivery.closed:
             raise ConsumerStoppedError("the consumer is closed")
-        return result
 
     def _take(self, result: dict[TopicPartition, list[ConsumerRecord]], limit: int | None) -> None:
         """Whole chunks (slices of the last one) from every stream, round-robin."""
@@ -587,23 +601,12 @@ class Consumer:
         delivery.columnar = True
         wanted = set(partitions)
         result: dict[TopicPartition, RecordBatch] = {}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while True:
-            delivery.check()
+
+        def take() -> bool:
             self._take_batches(wanted, result, max_bytes)
-            if result or delivery.closed:
-                break
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            delivery.data.clear()
-            try:
-                await wait_for(delivery.data.wait(), left)
-            except asyncio.TimeoutError:
-                break
-        if not result and delivery.closed:
-            raise ConsumerStoppedError("the consumer is closed")
+            return bool(result)
+
+        await self._gather(take, timeout_ms)
         return result
 
     def _take_batches(

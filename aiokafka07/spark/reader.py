@@ -38,7 +38,7 @@ from pyspark.sql.types import (
 from ..errors import KafkaError, OffsetOutOfRangeError
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, _accel, decode_message_set
-from ..protocol.columns import MessageColumns, decode_columns_into
+from ..protocol.columns import MessageColumns
 from ..protocol.messages import BytesLike
 from ..records import TopicPartition
 from ..simple import FetchResult, SimpleConsumer
@@ -238,11 +238,7 @@ class _ColumnarConsumer(SimpleConsumer):
     def _decode(
         self, topic: str, partition: int, offset: int, message_set: BytesLike
     ) -> tuple[MessageColumns, int]:
-        columns = MessageColumns()
-        valid = decode_columns_into(
-            columns, message_set, offset, max_decompressed=self.max_decompressed_bytes
-        )
-        return columns, valid
+        return self._decode_columns(topic, partition, offset, message_set)
 
 
 async def _earliest(consumer: SimpleConsumer, r: OffsetRange) -> int:
