@@ -76,6 +76,7 @@ from common import (
     count_batches,
     count_checked,
     count_records,
+    fresh_member,
     load,
     on_each_loop,
     ratios,
@@ -86,7 +87,6 @@ from common import (
 )
 
 from aiokafka07 import BrokerAddress, BrokerConnection, SimpleConsumer
-from aiokafka07.group.consumer import Consumer
 from aiokafka07.protocol import encode_message_set
 from aiokafka07.testing import ZooKeeperServer
 
@@ -212,20 +212,11 @@ async def checked_read(port: int, topic: str) -> int:
         await client.close()
 
 
-_groups = iter(range(1_000_000))
-
-
 async def group_read(connect: str, topic: str, expected: int, mode: str) -> Run:
     """A fresh group member reading ``topic`` from the start with ``getmany()`` or
     ``getmany_batches()`` (``mode``) until it has ``expected`` messages; the read alone
     is timed (not the join)."""
-    consumer = Consumer(
-        topic,
-        group=f"bench-{next(_groups)}",
-        zookeeper=connect,
-        auto_offset_reset="smallest",
-        consumer_timeout_ms=IDLE_MS,
-    )
+    consumer = fresh_member(connect, topic, IDLE_MS)
     await consumer.start()
     try:
 

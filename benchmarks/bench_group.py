@@ -62,6 +62,7 @@ from common import (
     Run,
     count_batches,
     count_records,
+    fresh_member,
     load,
     ratios,
     spread,
@@ -114,17 +115,8 @@ async def raw_read(port: int, topic: str, expected: int, mode: str) -> Run:
     return run
 
 
-_groups = iter(range(1_000_000))
-
-
 async def group_read(connect: str, topic: str, expected: int, mode: str) -> Run:
-    consumer = Consumer(
-        topic,
-        group=f"bench-{next(_groups)}",
-        zookeeper=connect,
-        auto_offset_reset="smallest",
-        consumer_timeout_ms=IDLE_MS,
-    )
+    consumer = fresh_member(connect, topic, IDLE_MS)
     await consumer.start()
     try:
 

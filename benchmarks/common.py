@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import itertools
 import os
 import statistics
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from aiokafka07.broker.log import segment_file_name
+from aiokafka07.group.consumer import Consumer
 from aiokafka07.protocol import (
     FetchRequest,
     Message,
@@ -333,3 +335,18 @@ def on_each_loop(
         else:
             results[name] = asyncio.run(main())
     return {"loops": results}
+
+
+_groups = itertools.count()
+
+
+def fresh_member(connect: str, topic: str, idle_ms: float) -> Consumer:
+    """A member of a group of its own (a new one each call), reading ``topic`` from its
+    start; iteration ends after ``idle_ms`` without records."""
+    return Consumer(
+        topic,
+        group=f"bench-{next(_groups)}",
+        zookeeper=connect,
+        auto_offset_reset="smallest",
+        consumer_timeout_ms=idle_ms,
+    )
