@@ -364,3 +364,139 @@ def exported() -> int:
     """How many exported structs and streams are not released yet (for tests and leak
     checks)."""
     return len(_KEEP) + len(_STREAMS)
+
+
+# -- importing: the producer's Arrow path (``encode_arrow``) ----------------------------
+
+# Statuses of ``encode_arrow`` (``_speedups.c`` lists the same).
+ARROW_OK = 0
+ARROW_RELEASED = 1
+ARROW_FORMAT = 2
+ARROW_SHAPE = 3
+ARROW_NULL = 4
+ARROW_OFFSETS = 5
+ARROW_TOO_LARGE = 6
+
+#: Formats ``encode_arrow`` takes: binary and utf8 (int32 offsets), large binary and
+#: large utf8 (int64 offsets).
+_OFFSET_TYPES = {"z": ctypes.c_int32, "u": ctypes.c_int32, "Z": ctypes.c_int64, "U": ctypes.c_int64}
+
+_capsule_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
+_capsule_pointer_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+Refusal = tuple[int, int, int, "str | None", None]
+Chunks = tuple[int, int, int, str, list[tuple[int, int, bytes]]]
+
+
+def encode_arrow(
+    schema_capsule: object,
+    array_capsule: object,
+    magic: int,
+    attributes: int,
+    max_count: int,
+    max_bytes: int,
+    max_message: int,
+    encode: Any,
+) -> Refusal | Chunks:
+    """The pure twin of ``_speedups.c``'s ``encode_arrow`` (its comment is the contract):
+    the array is moved out of its capsule and released here, its values read through
+    ctypes, each chunk encoded by ``encode(payloads, magic, attributes)`` (the codec's
+    ``encode_message_set``)."""
+    if magic not in (0, 1):
+        raise ValueError("magic must be 0 or 1")
+    if not 0 <= attributes <= 255 or (magic == 0 and attributes):
+        raise ValueError("attributes must be a byte (0 for magic 0)")
+    if max_count < 1 or max_bytes < 1 or max_message < 0:
+        raise ValueError("max_count and max_bytes must be positive")
+    schema = source = None
+    if _capsule_valid(schema_capsule, SCHEMA_NAME):
+        schema = ArrowSchema.from_address(_capsule_pointer_of(schema_capsule, SCHEMA_NAME))
+    if _capsule_valid(array_capsule, ARRAY_NAME):
+        source = ArrowArray.from_address(_capsule_pointer_of(array_capsule, ARRAY_NAME))
+    if schema is None or source is None or not schema.release or not source.release:
+        return ARROW_RELEASED, 0, 0, None, None
+    if not schema.format:
+        return ARROW_RELEASED, 0, 0, None, None
+    format_ = ctypes.string_at(schema.format).decode("utf-8", "replace")
+    offset_type = _OFFSET_TYPES.get(format_)
+    if offset_type is None:
+        return ARROW_FORMAT, 0, 0, format_, None
+    array = ArrowArray()
+    ctypes.memmove(ctypes.addressof(array), ctypes.addressof(source), ctypes.sizeof(array))
+    source.release = None  # moved out: ours to release
+    try:
+        return _encode_array(
+            array,
+            format_,
+            offset_type,
+            magic,
+            attributes,
+            max_count,
+            max_bytes,
+            max_message,
+            encode,
+        )
+    finally:
+        if array.release:
+            _RELEASE(array.release)(ctypes.addressof(array))
+
+
+def _encode_array(
+    array: ArrowArray,
+    format_: str,
+    offset_type: Any,
+    magic: int,
+    attributes: int,
+    max_count: int,
+    max_bytes: int,
+    max_message: int,
+    encode: Any,
+) -> Refusal | Chunks:
+    length, offset = array.length, array.offset
+    buffers = _children(array.buffers or 0, 3) if array.n_buffers == 3 else []
+    if (
+        len(buffers) != 3
+        or array.n_children
+        or length < 0
+        or offset < 0
+        or array.dictionary
+        or (length and not (buffers[1] and buffers[2]))
+    ):
+        return ARROW_SHAPE, 0, 0, format_, None
+    validity, offsets_at, data = buffers
+    if validity and array.null_count and length:
+        bits = ctypes.string_at(validity, (offset + length + 7) // 8)
+        for i in range(length):
+            bit = offset + i
+            if not bits[bit >> 3] >> (bit & 7) & 1:
+                return ARROW_NULL, i, 0, format_, None
+    if not length:
+        return ARROW_OK, 0, 0, format_, []
+    offsets = (offset_type * (offset + length + 1)).from_address(offsets_at)[offset:]
+    header = 6 if magic == 1 else 5
+    if offsets[0] < 0:
+        return ARROW_OFFSETS, 0, 0, format_, None
+    cuts: list[tuple[int, int, int]] = []
+    start = size = 0
+    for i in range(length):
+        n = offsets[i + 1] - offsets[i]
+        if n < 0:
+            return ARROW_OFFSETS, i, 0, format_, None
+        if n > max_message or n > 0x7FFFFFFF - header:
+            return ARROW_TOO_LARGE, i, n, format_, None
+        if i - start >= max_count or (i > start and size + n > max_bytes):
+            cuts.append((start, i, size))
+            start, size = i, 0
+        size += n
+    cuts.append((start, length, size))
+    chunks = []
+    for start, stop, size in cuts:
+        first = offsets[start]
+        block = ctypes.string_at(data + first, offsets[stop] - first)
+        payloads = [block[offsets[i] - first : offsets[i + 1] - first] for i in range(start, stop)]
+        chunks.append((stop - start, size, encode(payloads, magic, attributes)))
+    return ARROW_OK, 0, 0, format_, chunks
