@@ -42,13 +42,15 @@ from ..backoff import Backoff
 from ..cluster import Cluster, cluster_from
 from ..connection import MAX_MESSAGE_SIZE
 from ..errors import (
+    ArrowValuesError,
     InvalidConfigError,
+    MessageTooLargeError,
     ProducerClosedError,
     QueueFullError,
 )
 from ..pool import ConnectionPool, PoolMetrics
 from ..protocol import Compression, _accel, validate_topic
-from ..supervisor import Supervisor
+from ..supervisor import Supervisor, mark_retrieved
 from ..validation import (
     INT32_MAX,
     NOT_GIVEN,
@@ -718,3 +720,167 @@ class Producer:
             return future
         self._accumulator.add_batch(whole)  # sealed: the next call lets its sender write it
         return future
+
+    # -- Arrow arrays (issue 38) ---------------------------------------------------
+
+    async def send_arrow(
+        self,
+        topic: str,
+        values: Any,
+        *,
+        partition: tuple[int, int] | None = None,
+        key: Any = None,
+    ) -> asyncio.Future[list[ProduceResult]]:
+        """Accept the values of an Arrow array as messages, encoded straight from its
+        buffers: no Python object per message. Waits while the buffer is full; returns
+        one future for the whole array.
+
+        ``values`` is any object with the Arrow PyCapsule interface's
+        ``__arrow_c_array__`` (a pyarrow ``Array``, a polars ``Series``, nanoarrow...)
+        whose type is binary or string (Arrow formats ``z``, ``u``, ``Z``, ``U``: large
+        ones too; a slice's offset is honoured). The array is encoded, then released,
+        before this returns, so its buffers may be reused at once. A sibling of
+        :meth:`send_batch`, not a new form of it: what it takes (one array, not values
+        appended one by one) and what its future holds differ. As with
+        :meth:`send_batch`, the messages go where ``partition`` or ``key`` routes them
+        (one key routes the whole array, as 0.7 messages carry no key; per-message keys
+        are not taken), or to a random partition, and the producer's compression applies.
+
+        The array is cut as :meth:`create_batch`'s batches are: at most ``batch_size``
+        messages and ``batch_bytes`` of payload per message set, each one request entry
+        (one wrapper when compressed, split as the producer splits its own). The future's
+        result is the list of their :class:`ProduceResult`, in order; it fails with the
+        first failure once every set ended (a note says how many were delivered: the
+        sets before it may be in the log, exactly as separate :meth:`send_batch` calls).
+        An empty array gives an empty list.
+
+        Refused before anything is queued: an object without ``__arrow_c_array__``, an
+        array of another type, released or malformed, or holding a null (a 0.7 message
+        has no null: send ``b""`` for an empty one) raise
+        :class:`~aiokafka07.errors.ArrowValuesError` (a ``TypeError`` and a
+        ``ValueError``); a value over ``max_message_size`` raises
+        :class:`~aiokafka07.errors.MessageTooLargeError` naming its ``index``; the topic,
+        partition and key are checked as in :meth:`send`.
+        """
+        self._check_running()
+        self._check_topic(topic)
+        pinned = None if partition is None else check_partition(partition)
+        routing_key = self._router.key(key)
+        chunks = self._encode_arrow(values)
+        if self._accumulator.sealed:  # before the array is taken, as in send()
+            await self._let_senders_run()
+        if self._accumulator.full():
+            await self._accumulator.wait_for_space()
+            self._check_running()
+        target, route = self._route(topic, routing_key, pinned, sticky=False)
+        assert self._loop is not None
+        loop = self._loop
+        whole: asyncio.Future[list[ProduceResult]] = loop.create_future()
+        if not chunks:
+            whole.set_result([])
+            return whole
+        futures: list[asyncio.Future[ProduceResult]] = []
+        for count, size, encoded in chunks:
+            future: asyncio.Future[ProduceResult] = loop.create_future()
+            batch = Batch(topic, target[0], target[1])
+            batch.encoded = encoded
+            batch.encoded_count = count
+            batch.size = size
+            batch.futures = [future]
+            batch.whole = True
+            if route is not None:
+                batch.routes = {0: route}
+            futures.append(future)
+            self._accumulator.add_batch(batch)
+        _gather_sets(whole, futures)
+        return whole
+
+    def _encode_arrow(self, values: Any) -> list[tuple[int, int, bytes]]:
+        """The message sets of an Arrow array (:meth:`send_arrow`), or its typed refusal."""
+        export = getattr(type(values), "__arrow_c_array__", None)
+        if export is None:
+            raise ArrowValuesError(
+                f"send_arrow() takes an Arrow array (an object with __arrow_c_array__), not "
+                f"a {type(values).__name__}"
+            )
+        capsules = export(values)
+        if not (isinstance(capsules, tuple) and len(capsules) == 2):
+            raise ArrowValuesError(
+                f"{type(values).__name__}.__arrow_c_array__() did not return "
+                "(schema capsule, array capsule)"
+            )
+        status, index, size, format_, chunks = _accel.impl.encode_arrow(
+            capsules[0],
+            capsules[1],
+            1,
+            0,
+            self.batch_size,
+            self._accumulator.batch_bytes,
+            self.max_message_size,
+        )
+        if chunks is not None:
+            return chunks  # type: ignore[no-any-return]
+        if status == ARROW_TOO_LARGE:
+            raise MessageTooLargeError(
+                f"the value at index {index} ({size} bytes) exceeds max.message.size "
+                f"{self.max_message_size}; a 0.7 broker would drop it silently",
+                size=size,
+                index=index,
+            )
+        reason = {
+            ARROW_RELEASED: "its capsules are not an arrow_schema and an arrow_array, or "
+            "were released",
+            ARROW_FORMAT: f"its Arrow type (format {format_!r}) is not binary or string "
+            "(z, u, Z, U)",
+            ARROW_SHAPE: "its buffers are not those of a binary or string array",
+            ARROW_NULL: f"the value at index {index} is null (a 0.7 message has no null)",
+            ARROW_OFFSETS: f"its offsets decrease or are negative at index {index}",
+        }.get(status, f"status {status}")
+        raise ArrowValuesError(
+            f"send_arrow() cannot send this {type(values).__name__}: {reason}",
+            format=format_,
+            index=index if status in (ARROW_NULL, ARROW_OFFSETS) else None,
+        )
+
+
+# Statuses of the codec's encode_arrow (protocol/_speedups.c, aiokafka07/arrow.py).
+ARROW_RELEASED, ARROW_FORMAT, ARROW_SHAPE, ARROW_NULL, ARROW_OFFSETS, ARROW_TOO_LARGE = range(1, 7)
+
+
+def _gather_sets(
+    whole: asyncio.Future[list[ProduceResult]], futures: list[asyncio.Future[ProduceResult]]
+) -> None:
+    """Resolve ``whole`` once every message set's future ended: their results in order,
+    or the first failure (noting how many sets were delivered). Marked retrieved when it
+    fails, as a batch's future is: :meth:`Producer.close` reports the failure."""
+    left = len(futures)
+
+    def ended(_: asyncio.Future[ProduceResult]) -> None:
+        nonlocal left
+        left -= 1
+        if left or whole.done():
+            return
+        failed: list[BaseException] = []
+        for future in futures:
+            error = (
+                asyncio.CancelledError("a message set's future was cancelled")
+                if future.cancelled()
+                else future.exception()
+            )
+            if error is not None:
+                failed.append(error)
+        if not failed:
+            whole.set_result([f.result() for f in futures])
+            return
+        error = failed[0]
+        add_note = getattr(error, "add_note", None)
+        if add_note is not None and len(futures) > 1:
+            add_note(
+                f"{len(futures) - len(failed)} of the array's {len(futures)} message sets "
+                "were delivered"
+            )
+        whole.set_exception(error)
+        mark_retrieved(whole)
+
+    for future in futures:
+        future.add_done_callback(ended)

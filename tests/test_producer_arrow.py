@@ -1,0 +1,228 @@
+"""Producer.send_arrow (issue 38, item 2): Arrow arrays of binary or string values into the
+producer, encoded straight from their buffers.
+
+The codec's ``encode_arrow`` on both implementations (C and its ctypes twin) against the
+codec's ``encode_message_set`` of the same values, cut as ``BatchBuilder`` cuts a batch;
+then round trips through a real embedded broker: what the log holds is the array's values,
+byte for byte, whatever the format, slice, compression or cut. Arrays come from
+:class:`tests.arrow_values.ArrowValues` (no pyarrow needed) and, where installed, pyarrow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiokafka07 import arrow
+from aiokafka07.errors import ArrowValuesError, MessageTooLargeError, ProducerClosedError
+from aiokafka07.producer import Producer
+from aiokafka07.protocol import _pure, encode_message_set
+from aiokafka07.testing import KafkaCluster
+
+from .arrow_values import ArrowValues, released
+from .conftest import IMPLEMENTATIONS
+from .test_producer import all_values, read_logs, shallow_log
+
+OK, RELEASED, FORMAT, SHAPE, NULL, OFFSETS, TOO_LARGE = range(7)
+
+
+def cut(values: list[bytes], max_count: int, max_bytes: int) -> list[list[bytes]]:
+    """The values cut as BatchBuilder.append cuts a batch (the reference)."""
+    chunks: list[list[bytes]] = []
+    chunk: list[bytes] = []
+    size = 0
+    for value in values:
+        if len(chunk) >= max_count or (chunk and size + len(value) > max_bytes):
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(value)
+        size += len(value)
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+@given(
+    values=st.lists(st.binary(max_size=40), max_size=60),
+    skipped=st.lists(st.binary(max_size=10), max_size=5),
+    format=st.sampled_from("zuZU"),
+    max_count=st.integers(1, 70),
+    max_bytes=st.integers(1, 400),
+)
+def test_encode_arrow_is_encode_message_set_of_the_values_cut_as_batches(
+    impl: ModuleType,
+    values: list[bytes],
+    skipped: list[bytes],
+    format: str,
+    max_count: int,
+    max_bytes: int,
+) -> None:
+    exported = arrow.exported()
+    source = ArrowValues(values, format, skipped=skipped)
+    schema, array = source.__arrow_c_array__()
+    status, index, size, got_format, chunks = impl.encode_arrow(
+        schema, array, 1, 0, max_count, max_bytes, 1000
+    )
+    assert (status, index, size, got_format) == (OK, 0, 0, format)
+    expected = [
+        (len(chunk), sum(map(len, chunk)), encode_message_set(chunk))
+        for chunk in cut(values, max_count, max_bytes)
+    ]
+    assert chunks == expected
+    # The same bytes as the other twin, and the array was moved out and released.
+    assert released(array)
+    del schema, array
+    gc.collect()
+    assert arrow.exported() == exported
+    twin = _pure if impl is not _pure else IMPLEMENTATIONS[0]
+    assert (
+        twin.encode_arrow(*source.__arrow_c_array__(), 1, 0, max_count, max_bytes, 1000)[4]
+        == chunks
+    )
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_encode_arrow_refuses_before_encoding(impl: ModuleType) -> None:
+    def encode(source: Any, max_message: int = 100) -> tuple[Any, ...]:
+        result: tuple[Any, ...] = impl.encode_arrow(
+            *source.__arrow_c_array__(), 1, 0, 10, 1000, max_message
+        )
+        return result
+
+    exported = arrow.exported()
+    # A null (a 0.7 message has none), at its index from the slice's start.
+    nulls = ArrowValues([b"a", b"b", b"c"], skipped=[b"x"], nulls=frozenset([2]))
+    assert encode(nulls) == (NULL, 2, 0, "z", None)
+    # A value over max_message, named by index and size; the ones before it are fine.
+    assert encode(ArrowValues([b"ab", b"abcdef", b"a"]), 5) == (TOO_LARGE, 1, 6, "z", None)
+    # Not binary or string: the schema's format says what it is.
+    assert encode(ArrowValues([b"ab"], "i")) == (FORMAT, 0, 0, "i", None)
+    assert encode(ArrowValues([b"ab"], "vz")) == (FORMAT, 0, 0, "vz", None)
+    # Offsets that go backwards (a corrupt array): refused, never read past.
+    corrupt = ArrowValues([b"ab", b"cd"])
+    corrupt.offsets[4:8] = (3).to_bytes(4, "little")
+    corrupt.offsets[8:12] = (1).to_bytes(4, "little")
+    assert encode(corrupt) == (OFFSETS, 1, 0, "z", None)
+    # The same capsules twice: the array was moved out by the first call.
+    schema, array = ArrowValues([b"ab"]).__arrow_c_array__()
+    assert impl.encode_arrow(schema, array, 1, 0, 10, 1000, 100)[0] == OK
+    assert impl.encode_arrow(schema, array, 1, 0, 10, 1000, 100) == (RELEASED, 0, 0, None, None)
+    # Capsules swapped, or not capsules at all.
+    schema, array = ArrowValues([b"ab"]).__arrow_c_array__()
+    assert impl.encode_arrow(array, schema, 1, 0, 10, 1000, 100)[0] == RELEASED
+    assert impl.encode_arrow(b"x", None, 1, 0, 10, 1000, 100)[0] == RELEASED
+    del schema, array
+    gc.collect()
+    assert arrow.exported() == exported  # every refused array was released too
+    # (The capsules outlive the call: the ctypes exports' destructors cannot run while
+    # an exception is being raised.)
+    capsules = ArrowValues([]).__arrow_c_array__()
+    with pytest.raises(ValueError, match="magic"):
+        impl.encode_arrow(*capsules, 2, 0, 10, 1000, 100)
+
+
+async def test_send_arrow_round_trip_formats_slices_and_cuts(
+    cluster: KafkaCluster, impl: ModuleType
+) -> None:
+    """Every format, a slice (offset != 0), an empty value, an empty array, and an array
+    cut into several message sets by batch_size and batch_bytes: the log holds the values
+    in order, byte for byte; confirm on (the default), one result per set."""
+    values = [os.urandom(n % 50) for n in range(300)]
+    async with Producer(brokers=cluster.broker_list, batch_size=60, batch_bytes=1500) as p:
+        sent: list[bytes] = []
+        for format in "zuZU":
+            future = await p.send_arrow(
+                "arrow", ArrowValues(values, format, skipped=[b"not me"]), partition=(0, 0)
+            )
+            results = await asyncio.wait_for(future, 10)
+            chunks = cut(values, 60, 1500)
+            assert {len(c) for c in chunks[:-1]} > {60}  # both limits cut
+            assert len(results) == len(chunks)
+            assert all(r.confirmed and (r.broker_id, r.partition) == (0, 0) for r in results)
+            sent += values
+        empty = await p.send_arrow("arrow", ArrowValues([]), partition=(0, 0))
+        assert await empty == []
+        assert p.metrics.messages_sent == len(sent)
+        assert p.metrics.bytes_sent == sum(map(len, sent))
+    assert (await read_logs(cluster, "arrow"))[(0, 0)] == sent
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy"])
+async def test_send_arrow_compressed_split_at_max_message_size(
+    cluster: KafkaCluster, codec: str
+) -> None:
+    """Compressed: one wrapper per message set, split in halves (at entry boundaries)
+    while a wrapper would exceed max.message.size, as the producer's own batches."""
+    values = [os.urandom(100) for _ in range(64)]  # incompressible: ~6.8 KB a wrapper
+    async with Producer(brokers=cluster.broker_list, compression=codec, max_message_size=2000) as p:
+        await (await p.send_arrow("packed", ArrowValues(values), partition=(0, 1)))
+        small = [b"x" * 20] * 50  # one wrapper
+        await (await p.send_arrow("packed", ArrowValues(small, "u"), partition=(0, 1)))
+    logs = await read_logs(cluster, "packed")
+    assert logs[(0, 1)] == values + small
+    entries = await shallow_log(cluster, "packed", 1)
+    assert all(entry.attributes != 0 for entry in entries)  # every entry a wrapper
+    assert len(entries) > 4  # the 64 went as several wrappers, each under 2000 bytes
+    assert all(len(entry.value) <= 2000 for entry in entries)
+
+
+async def test_send_arrow_refusals_write_nothing(cluster: KafkaCluster, impl: ModuleType) -> None:
+    async with Producer(brokers=cluster.broker_list, max_message_size=100) as p:
+        with pytest.raises(MessageTooLargeError, match="index 2") as too_large:
+            await p.send_arrow("refused", ArrowValues([b"a", b"b", b"c" * 101]))
+        assert (too_large.value.index, too_large.value.size) == (2, 101)
+        with pytest.raises(ArrowValuesError, match="index 1 is null") as null:
+            await p.send_arrow("refused", ArrowValues([b"a", b"b"], nulls=frozenset([1])))
+        assert null.value.index == 1
+        with pytest.raises(TypeError, match="not a list"):  # ArrowValuesError is a TypeError
+            await p.send_arrow("refused", [b"a", b"b"])
+        with pytest.raises(ArrowValuesError, match="format 'l'") as format:
+            await p.send_arrow("refused", ArrowValues([b"a"], "l"))
+        assert format.value.format == "l"
+        with pytest.raises(ValueError, match="topic"):
+            await p.send_arrow("bad topic/", ArrowValues([b"a"]))
+        assert p.metrics.messages_sent == 0
+        await p.send_and_wait("refused", b"only me", partition=(0, 0))
+    assert all_values(await read_logs(cluster, "refused")) == [b"only me"]
+    with pytest.raises(ProducerClosedError):
+        await p.send_arrow("refused", ArrowValues([b"a"]))
+
+
+async def test_send_arrow_key_routes_the_whole_array(cluster: KafkaCluster) -> None:
+    async with Producer(brokers=cluster.broker_list, batch_size=10) as p:
+        future = await p.send_arrow("keyed", ArrowValues([b"%d" % i for i in range(25)]), key=7)
+        results = await future
+        assert len(results) == 3
+        assert len({(r.broker_id, r.partition) for r in results}) == 1
+    # (Static mode: the broker picks the partition of each produce, so order across them
+    # is not kept.)
+    logs = await read_logs(cluster, "keyed")
+    assert sorted(all_values(logs)) == sorted(b"%d" % i for i in range(25))
+
+
+async def test_send_arrow_takes_pyarrow_arrays(cluster: KafkaCluster, impl: ModuleType) -> None:
+    pa = pytest.importorskip("pyarrow")
+    texts = ["ünïcode", "", "plain", "\U0001f600"] * 50
+    arrays = [
+        pa.array([t.encode() for t in texts], pa.binary()),
+        pa.array(texts, pa.string()),
+        pa.array(texts, pa.large_string()),
+        pa.array([t.encode() for t in texts], pa.large_binary()).slice(3, 100),
+    ]
+    async with Producer(brokers=cluster.broker_list, compression="snappy") as p:
+        for values in arrays:
+            await (await p.send_arrow("pa", values, partition=(0, 0)))
+        with pytest.raises(ArrowValuesError, match="null"):
+            await p.send_arrow("pa", pa.array([b"a", None]))
+        with pytest.raises(ArrowValuesError, match="format 'l'"):
+            await p.send_arrow("pa", pa.array([1, 2]))
+    expected = [t.encode() for t in texts] * 3 + [t.encode() for t in texts][3:103]
+    assert (await read_logs(cluster, "pa"))[(0, 0)] == expected
