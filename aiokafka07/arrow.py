@@ -500,3 +500,55 @@ def _encode_array(
         payloads = [block[offsets[i] - first : offsets[i + 1] - first] for i in range(start, stop)]
         chunks.append((stop - start, size, encode(payloads, magic, attributes)))
     return ARROW_OK, 0, 0, format_, chunks
+
+
+_GET_SCHEMA_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_GET_NEXT_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_LAST_ERROR_CALL = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)
+
+
+class StreamError(Exception):
+    """An ``ArrowArrayStream`` failed (its errno and its last error)."""
+
+
+def stream_arrays(capsule: object) -> Any:
+    """The (schema capsule, array capsule) pairs of an ``"arrow_array_stream"`` capsule
+    (what ``__arrow_c_stream__`` returns), one per array of the stream, for
+    ``encode_arrow``: the stream is moved out of its capsule and released once read to its
+    end (or when the generator is closed). Each array capsule releases its array unless a
+    consumer moved it out; the schema capsule is shared. A capsule that is not a stream
+    yields nothing but raises :class:`StreamError`."""
+    if not _capsule_valid(capsule, STREAM_NAME):
+        raise StreamError("not an arrow_array_stream capsule")
+    source = ArrowArrayStream.from_address(_capsule_pointer_of(capsule, STREAM_NAME))
+    if not source.release:
+        raise StreamError("the stream was released")
+    stream = ArrowArrayStream()
+    ctypes.memmove(ctypes.addressof(stream), ctypes.addressof(source), ctypes.sizeof(stream))
+    source.release = None
+    address = ctypes.addressof(stream)
+
+    def failed(errno: int) -> StreamError:
+        message = (
+            _LAST_ERROR_CALL(stream.get_last_error)(address) if stream.get_last_error else None
+        )
+        text = message.decode("utf-8", "replace") if message else "no message"
+        return StreamError(f"the stream failed (errno {errno}): {text}")
+
+    try:
+        schema = ArrowSchema()
+        errno = _GET_SCHEMA_CALL(stream.get_schema)(address, ctypes.addressof(schema))
+        if errno:
+            raise failed(errno)
+        schema_capsule = _capsule(schema, SCHEMA_NAME, _destroy_schema)
+        while True:
+            array = ArrowArray()
+            errno = _GET_NEXT_CALL(stream.get_next)(address, ctypes.addressof(array))
+            if errno:
+                raise failed(errno)
+            if not array.release:  # the end
+                return
+            yield schema_capsule, _capsule(array, ARRAY_NAME, _destroy_array)
+    finally:
+        if stream.release:
+            _RELEASE(stream.release)(address)

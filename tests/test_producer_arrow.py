@@ -226,3 +226,30 @@ async def test_send_arrow_takes_pyarrow_arrays(cluster: KafkaCluster, impl: Modu
             await p.send_arrow("pa", pa.array([1, 2]))
     expected = [t.encode() for t in texts] * 3 + [t.encode() for t in texts][3:103]
     assert (await read_logs(cluster, "pa"))[(0, 0)] == expected
+
+
+async def test_send_arrow_takes_streams(cluster: KafkaCluster, impl: ModuleType) -> None:
+    """An object with ``__arrow_c_stream__`` only (a pyarrow ChunkedArray): its arrays in
+    order; a refusal names the value by its index across the arrays; a stream of structs
+    (a RecordBatchReader's) is refused by its format. Every stream is released."""
+    pa = pytest.importorskip("pyarrow")
+    exported = arrow.exported()
+    chunked = pa.chunked_array([pa.array([b"a", b"bb"]), pa.array([], pa.binary()), [b"ccc"]])
+    assert not hasattr(chunked, "__arrow_c_array__")
+    async with Producer(brokers=cluster.broker_list, max_message_size=10) as p:
+        results = await (await p.send_arrow("streamed", chunked, partition=(0, 0)))
+        assert len(results) == 2  # one message set per non-empty array
+        with pytest.raises(ArrowValuesError, match="index 3 is null") as null:
+            await p.send_arrow("streamed", pa.chunked_array([[b"x", b"y"], [b"z", None]]))
+        assert null.value.index == 3
+        with pytest.raises(MessageTooLargeError, match="index 2") as too_large:
+            await p.send_arrow("streamed", pa.chunked_array([[b"x", b"y"], [b"z" * 11]]))
+        assert too_large.value.index == 2
+        reader = pa.RecordBatchReader.from_batches(
+            pa.schema([("value", pa.binary())]), [pa.record_batch([pa.array([b"v"])], ["value"])]
+        )
+        with pytest.raises(ArrowValuesError, match=r"format '\+s'"):
+            await p.send_arrow("streamed", reader)
+    assert (await read_logs(cluster, "streamed"))[(0, 0)] == [b"a", b"bb", b"ccc"]
+    gc.collect()
+    assert arrow.exported() == exported

@@ -738,10 +738,13 @@ class Producer:
         ``values`` is any object with the Arrow PyCapsule interface's
         ``__arrow_c_array__`` (a pyarrow ``Array``, a polars ``Series``, nanoarrow...)
         whose type is binary or string (Arrow formats ``z``, ``u``, ``Z``, ``U``: large
-        ones too; a slice's offset is honoured). The array is encoded, then released,
-        before this returns, so its buffers may be reused at once. A sibling of
-        :meth:`send_batch`, not a new form of it: what it takes (one array, not values
-        appended one by one) and what its future holds differ. As with
+        ones too; a slice's offset is honoured), or with ``__arrow_c_stream__`` only (a
+        pyarrow ``ChunkedArray``): its arrays in order, each cut on its own. The array is
+        encoded, then released, before this returns, so its buffers may be reused at
+        once.
+
+        A sibling of :meth:`send_batch`, not a new form of it: what it takes (one array,
+        not values appended one by one) and what its future holds differ. As with
         :meth:`send_batch`, the messages go where ``partition`` or ``key`` routes them
         (one key routes the whole array, as 0.7 messages carry no key; per-message keys
         are not taken), or to a random partition, and the producer's compression applies.
@@ -754,7 +757,7 @@ class Producer:
         sets before it may be in the log, exactly as separate :meth:`send_batch` calls).
         An empty array gives an empty list.
 
-        Refused before anything is queued: an object without ``__arrow_c_array__``, an
+        Refused before anything is queued: an object without either method, an
         array of another type, released or malformed, or holding a null (a 0.7 message
         has no null: send ``b""`` for an empty one) raise
         :class:`~aiokafka07.errors.ArrowValuesError` (a ``TypeError`` and a
@@ -796,51 +799,76 @@ class Producer:
         return whole
 
     def _encode_arrow(self, values: Any) -> list[tuple[int, int, bytes]]:
-        """The message sets of an Arrow array (:meth:`send_arrow`), or its typed refusal."""
-        export = getattr(type(values), "__arrow_c_array__", None)
-        if export is None:
-            raise ArrowValuesError(
-                f"send_arrow() takes an Arrow array (an object with __arrow_c_array__), not "
-                f"a {type(values).__name__}"
-            )
-        capsules = export(values)
-        if not (isinstance(capsules, tuple) and len(capsules) == 2):
-            raise ArrowValuesError(
-                f"{type(values).__name__}.__arrow_c_array__() did not return "
-                "(schema capsule, array capsule)"
-            )
-        status, index, size, format_, chunks = _accel.impl.encode_arrow(
-            capsules[0],
-            capsules[1],
-            1,
-            0,
-            self.batch_size,
-            self._accumulator.batch_bytes,
-            self.max_message_size,
-        )
-        if chunks is not None:
-            return chunks  # type: ignore[no-any-return]
-        if status == ARROW_TOO_LARGE:
-            raise MessageTooLargeError(
-                f"the value at index {index} ({size} bytes) exceeds max.message.size "
-                f"{self.max_message_size}; a 0.7 broker would drop it silently",
-                size=size,
-                index=index,
-            )
-        reason = {
-            ARROW_RELEASED: "its capsules are not an arrow_schema and an arrow_array, or "
-            "were released",
-            ARROW_FORMAT: f"its Arrow type (format {format_!r}) is not binary or string "
-            "(z, u, Z, U)",
-            ARROW_SHAPE: "its buffers are not those of a binary or string array",
-            ARROW_NULL: f"the value at index {index} is null (a 0.7 message has no null)",
-            ARROW_OFFSETS: f"its offsets decrease or are negative at index {index}",
-        }.get(status, f"status {status}")
+        """The message sets of an Arrow array or stream (:meth:`send_arrow`), or its
+        typed refusal."""
+        kind = type(values)
+        if getattr(kind, "__arrow_c_array__", None) is not None:
+            capsules = values.__arrow_c_array__()
+            if not (isinstance(capsules, tuple) and len(capsules) == 2):
+                raise ArrowValuesError(
+                    f"{kind.__name__}.__arrow_c_array__() did not return "
+                    "(schema capsule, array capsule)"
+                )
+            return self._encode_arrays(kind, [capsules])
+        if getattr(kind, "__arrow_c_stream__", None) is not None:
+            from .. import arrow  # ctypes, for streams only
+
+            arrays = arrow.stream_arrays(values.__arrow_c_stream__())
+            try:
+                return self._encode_arrays(kind, arrays)
+            except arrow.StreamError as exc:
+                raise ArrowValuesError(
+                    f"send_arrow() cannot read this {kind.__name__}: {exc}"
+                ) from exc
+            finally:
+                arrays.close()
         raise ArrowValuesError(
-            f"send_arrow() cannot send this {type(values).__name__}: {reason}",
-            format=format_,
-            index=index if status in (ARROW_NULL, ARROW_OFFSETS) else None,
+            f"send_arrow() takes an Arrow array (an object with __arrow_c_array__ or "
+            f"__arrow_c_stream__), not a {kind.__name__}"
         )
+
+    def _encode_arrays(self, kind: type, arrays: Iterable[Any]) -> list[tuple[int, int, bytes]]:
+        """The message sets of (schema, array) capsule pairs, in order; a refusal names
+        the value by its index in all of them."""
+        sets: list[tuple[int, int, bytes]] = []
+        rows = 0
+        for schema, array in arrays:
+            status, index, size, format_, chunks = _accel.impl.encode_arrow(
+                schema,
+                array,
+                1,
+                0,
+                self.batch_size,
+                self._accumulator.batch_bytes,
+                self.max_message_size,
+            )
+            if chunks is not None:
+                sets += chunks
+                rows += sum(chunk[0] for chunk in chunks)
+                continue
+            index += rows
+            if status == ARROW_TOO_LARGE:
+                raise MessageTooLargeError(
+                    f"the value at index {index} ({size} bytes) exceeds max.message.size "
+                    f"{self.max_message_size}; a 0.7 broker would drop it silently",
+                    size=size,
+                    index=index,
+                )
+            reason = {
+                ARROW_RELEASED: "its capsules are not an arrow_schema and an arrow_array, or "
+                "were released",
+                ARROW_FORMAT: f"its Arrow type (format {format_!r}) is not binary or string "
+                "(z, u, Z, U)",
+                ARROW_SHAPE: "its buffers are not those of a binary or string array",
+                ARROW_NULL: f"the value at index {index} is null (a 0.7 message has no null)",
+                ARROW_OFFSETS: f"its offsets decrease or are negative at index {index}",
+            }.get(status, f"status {status}")
+            raise ArrowValuesError(
+                f"send_arrow() cannot send this {kind.__name__}: {reason}",
+                format=format_,
+                index=index if status in (ARROW_NULL, ARROW_OFFSETS) else None,
+            )
+        return sets
 
 
 # Statuses of the codec's encode_arrow (protocol/_speedups.c, aiokafka07/arrow.py).
