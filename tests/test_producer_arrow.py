@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import socket
 from types import ModuleType
 from typing import Any
 
@@ -21,7 +22,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokafka07 import arrow
-from aiokafka07.errors import ArrowValuesError, MessageTooLargeError, ProducerClosedError
+from aiokafka07.errors import (
+    ArrowValuesError,
+    KafkaConnectionError,
+    MessageTooLargeError,
+    ProducerClosedError,
+)
 from aiokafka07.producer import Producer
 from aiokafka07.protocol import _pure, encode_message_set
 from aiokafka07.testing import KafkaCluster
@@ -253,3 +259,48 @@ async def test_send_arrow_takes_streams(cluster: KafkaCluster, impl: ModuleType)
     assert (await read_logs(cluster, "streamed"))[(0, 0)] == [b"a", b"bb", b"ccc"]
     gc.collect()
     assert arrow.exported() == exported
+
+
+async def test_send_arrow_sets_are_retried_until_the_broker_is_back(cluster: KafkaCluster) -> None:
+    """The same guarantees as send_batch's: sets written while the broker is away are
+    retried (encoded once, sent as they were) and delivered once it is back, each once.
+    (Retried sets may land in another order, as separate send_batch() calls may: each
+    is retried on its own.)"""
+    brokers = cluster.broker_list
+    await cluster.stop_broker(0)
+    values = [b"r%03d" % i for i in range(35)]
+    async with Producer(brokers=brokers, batch_size=10, retry_backoff_ms=50) as p:
+        future = await p.send_arrow("retried", ArrowValues(values, "u"), partition=(0, 1))
+        await asyncio.sleep(0.5)
+        assert not future.done()
+        assert p.metrics.retries > 0
+        await cluster.start_broker(0)
+        results = await asyncio.wait_for(future, 30)
+        assert len(results) == 4
+        assert p.metrics.messages_sent == 35
+    logs = (await read_logs(cluster, "retried"))[(0, 1)]
+    assert sorted(logs) == values
+    # Each set is in the log whole, its messages in their order.
+    for part in (values[i : i + 10] for i in range(0, 35, 10)):
+        assert any(logs[i : i + len(part)] == part for i in range(len(logs)))
+
+
+async def test_send_arrow_fails_as_one_future_naming_the_sets_delivered() -> None:
+    """A broker that refuses connections: every set fails within its retries; the one
+    future fails with the first set's error, a note saying none was delivered, and
+    close() counts every message."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        port = sock.getsockname()[1]
+        p = Producer(brokers=f"0:127.0.0.1:{port}", batch_size=10, retries=1, retry_backoff_ms=50)
+        await p.start()
+        future = await p.send_arrow("lost", ArrowValues([b"x"] * 25), partition=(0, 0))
+        with pytest.raises(KafkaConnectionError) as failed:
+            await asyncio.wait_for(future, 30)
+        assert "0 of the array's 3 message sets were delivered" in "".join(
+            getattr(failed.value, "__notes__", [])
+        ) or not hasattr(failed.value, "add_note")
+        with pytest.raises(ProducerClosedError, match="25"):
+            await p.close()
+    assert p.metrics.messages_failed == 25
+    assert p.metrics.queued_messages == 0

@@ -755,7 +755,9 @@ class Producer:
         result is the list of their :class:`ProduceResult`, in order; it fails with the
         first failure once every set ended (a note says how many were delivered: the
         sets before it may be in the log, exactly as separate :meth:`send_batch` calls).
-        An empty array gives an empty list.
+        Each set is retried on its own, as separate batches are, so after a retry sets
+        may land out of their order (each whole, its messages in order). An empty array
+        gives an empty list.
 
         Refused before anything is queued: an object without either method, an
         array of another type, released or malformed, or holding a null (a 0.7 message
