@@ -748,6 +748,7 @@ class Producer:
         :meth:`send_batch`, the messages go where ``partition`` or ``key`` routes them
         (one key routes the whole array, as 0.7 messages carry no key; per-message keys
         are not taken), or to a random partition, and the producer's compression applies.
+        The ``value_serializer`` does not: the values are bytes already.
 
         The array is cut as :meth:`create_batch`'s batches are: at most ``batch_size``
         messages and ``batch_bytes`` of payload per message set, each one request entry
