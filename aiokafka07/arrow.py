@@ -401,6 +401,7 @@ def encode_arrow(
     max_bytes: int,
     max_message: int,
     encode: Any,
+    rows: Any = None,
 ) -> Refusal | Chunks:
     """The pure twin of ``_speedups.c``'s ``encode_arrow`` (its comment is the contract):
     the array is moved out of its capsule and released here, its values read through
@@ -412,6 +413,12 @@ def encode_arrow(
         raise ValueError("attributes must be a byte (0 for magic 0)")
     if max_count < 1 or max_bytes < 1 or max_message < 0:
         raise ValueError("max_count and max_bytes must be positive")
+    selection = None
+    if rows is not None:
+        view = memoryview(rows).cast("B")
+        if len(view) % 8:
+            raise ValueError("rows must be whole int64s")
+        selection = view.cast("q").tolist()
     schema = source = None
     if _capsule_valid(schema_capsule, SCHEMA_NAME):
         schema = ArrowSchema.from_address(_capsule_pointer_of(schema_capsule, SCHEMA_NAME))
@@ -439,6 +446,7 @@ def encode_arrow(
             max_bytes,
             max_message,
             encode,
+            selection,
         )
     finally:
         if array.release:
@@ -455,6 +463,7 @@ def _encode_array(
     max_bytes: int,
     max_message: int,
     encode: Any,
+    selection: list[int] | None,
 ) -> Refusal | Chunks:
     length, offset = array.length, array.offset
     buffers = _children(array.buffers or 0, 3) if array.n_buffers == 3 else []
@@ -474,30 +483,31 @@ def _encode_array(
             bit = offset + i
             if not bits[bit >> 3] >> (bit & 7) & 1:
                 return ARROW_NULL, i, 0, format_, None
-    if not length:
+    selected = list(range(length)) if selection is None else selection
+    if not selected:
         return ARROW_OK, 0, 0, format_, []
     offsets = (offset_type * (offset + length + 1)).from_address(offsets_at)[offset:]
     header = 6 if magic == 1 else 5
-    if offsets[0] < 0:
-        return ARROW_OFFSETS, 0, 0, format_, None
     cuts: list[tuple[int, int, int]] = []
     start = size = 0
-    for i in range(length):
-        n = offsets[i + 1] - offsets[i]
-        if n < 0:
+    for k, i in enumerate(selected):
+        if not 0 <= i < length:
+            raise IndexError("a row outside the array")
+        if offsets[i] < 0 or offsets[i + 1] < offsets[i]:
             return ARROW_OFFSETS, i, 0, format_, None
+        n = offsets[i + 1] - offsets[i]
         if n > max_message or n > 0x7FFFFFFF - header:
             return ARROW_TOO_LARGE, i, n, format_, None
-        if i - start >= max_count or (i > start and size + n > max_bytes):
-            cuts.append((start, i, size))
-            start, size = i, 0
+        if k - start >= max_count or (k > start and size + n > max_bytes):
+            cuts.append((start, k, size))
+            start, size = k, 0
         size += n
-    cuts.append((start, length, size))
+    cuts.append((start, len(selected), size))
+    low, high = min(offsets[i] for i in selected), max(offsets[i + 1] for i in selected)
+    block = ctypes.string_at(data + low, high - low)
     chunks = []
     for start, stop, size in cuts:
-        first = offsets[start]
-        block = ctypes.string_at(data + first, offsets[stop] - first)
-        payloads = [block[offsets[i] - first : offsets[i + 1] - first] for i in range(start, stop)]
+        payloads = [block[offsets[i] - low : offsets[i + 1] - low] for i in selected[start:stop]]
         chunks.append((stop - start, size, encode(payloads, magic, attributes)))
     return ARROW_OK, 0, 0, format_, chunks
 
@@ -552,3 +562,43 @@ def stream_arrays(capsule: object) -> Any:
     finally:
         if stream.release:
             _RELEASE(stream.release)(address)
+
+
+def read_values(
+    schema_capsule: object, array_capsule: object
+) -> tuple[int, int, str | None, list[Any] | None]:
+    """The values of an Arrow binary or string array as Python objects, ``bytes`` for
+    ``z``/``Z`` and ``str`` for ``u``/``U``: (status, index, format, values), with the
+    statuses of ``encode_arrow`` (a string that is not UTF-8 is ``ARROW_SHAPE`` at its
+    index). The producer reads per-message keys with it (``send_arrow(keys=...)``: each
+    key goes through the partitioner, a Python call per message anyway). The array is
+    moved out of its capsule and released."""
+    values: list[bytes] = []
+
+    def collect(payloads: list[bytes], magic: int, attributes: int) -> bytes:
+        values.extend(payloads)
+        return b""
+
+    status, index, _, format_, chunks = encode_arrow(
+        schema_capsule, array_capsule, 1, 0, 1 << 62, 1 << 62, 0x7FFFFFFF, collect
+    )
+    if chunks is None:
+        return status, index, format_, None
+    if format_ in ("u", "U"):
+        texts: list[Any] = []
+        for position, value in enumerate(values):
+            try:
+                texts.append(value.decode("utf-8"))
+            except UnicodeDecodeError:
+                return ARROW_SHAPE, position, format_, None
+        return ARROW_OK, 0, format_, texts
+    return ARROW_OK, 0, format_, list(values)
+
+
+def array_length(capsule: object) -> int | None:
+    """The length of the array in an ``"arrow_array"`` capsule (None: not one, or
+    released), without moving it out."""
+    if not _capsule_valid(capsule, ARRAY_NAME):
+        return None
+    array = ArrowArray.from_address(_capsule_pointer_of(capsule, ARRAY_NAME))
+    return int(array.length) if array.release else None

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import socket
+from array import array
 from types import ModuleType
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiokafka07 import arrow
+from aiokafka07 import arrow, default_partition
 from aiokafka07.errors import (
     ArrowValuesError,
     KafkaConnectionError,
@@ -35,6 +36,7 @@ from aiokafka07.testing import KafkaCluster
 from .arrow_values import ArrowValues, released
 from .conftest import IMPLEMENTATIONS
 from .test_producer import all_values, read_logs, shallow_log
+from .wire import eventually
 
 OK, RELEASED, FORMAT, SHAPE, NULL, OFFSETS, TOO_LARGE = range(7)
 
@@ -304,3 +306,87 @@ async def test_send_arrow_fails_as_one_future_naming_the_sets_delivered() -> Non
             await p.close()
     assert p.metrics.messages_failed == 25
     assert p.metrics.queued_messages == 0
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+@given(
+    values=st.lists(st.binary(max_size=30), min_size=1, max_size=40),
+    picks=st.lists(st.integers(0, 10**6), max_size=50),
+    format=st.sampled_from("zuZU"),
+    max_count=st.integers(1, 20),
+    max_bytes=st.integers(1, 200),
+)
+def test_encode_arrow_of_selected_rows(
+    impl: ModuleType,
+    values: list[bytes],
+    picks: list[int],
+    format: str,
+    max_count: int,
+    max_bytes: int,
+) -> None:
+    """``rows`` (per-message keys: the rows of one partition) selects values in its order,
+    any row any number of times; a row outside the array raises IndexError."""
+    rows = [pick % len(values) for pick in picks]
+    source = ArrowValues(values, format, skipped=[b"skip"])
+    selected = [values[row] for row in rows]
+    status, _, _, _, chunks = impl.encode_arrow(
+        *source.__arrow_c_array__(), 1, 0, max_count, max_bytes, 1000, array("q", rows)
+    )
+    assert status == OK
+    assert chunks == [
+        (len(chunk), sum(map(len, chunk)), encode_message_set(chunk))
+        for chunk in cut(selected, max_count, max_bytes)
+    ]
+    capsules = source.__arrow_c_array__()
+    with pytest.raises(IndexError):
+        impl.encode_arrow(*capsules, 1, 0, 10, 100, 1000, array("q", [*rows, len(values)]))
+
+
+async def test_send_arrow_keys_route_each_message_as_send_would(
+    kafka_cluster: Any, zookeeper: str, impl: ModuleType
+) -> None:
+    """``keys=``: each message goes where ``send(key=...)`` puts it (the Java 0.7.2
+    partitioner's choice), the messages of a partition in their order; str keys from a
+    string array, bytes keys from a binary one."""
+    async with kafka_cluster(2, num_partitions=2, flush="shipped") as cluster:
+        async with Producer(zookeeper=zookeeper, batch_size=7) as p:
+            for broker_id in (0, 1):
+                for partition in (0, 1):
+                    await p.send_and_wait("arrow-keys", b"seed", partition=(broker_id, partition))
+            await eventually(lambda: len(p.cluster.partitions("arrow-keys")) == 4)
+            candidates = p.cluster.partitions("arrow-keys")
+            texts = [f"user-{i % 13}" for i in range(60)]
+            values = [b"v%02d" % i for i in range(60)]
+            results = await (
+                await p.send_arrow(
+                    "arrow-keys",
+                    ArrowValues(values),
+                    keys=ArrowValues([t.encode() for t in texts], "u"),
+                )
+            )
+            raw = [b"\x00\xff%d" % (i % 5) for i in range(20)]
+            await (
+                await p.send_arrow("arrow-keys", ArrowValues(values[:20]), keys=ArrowValues(raw))
+            )
+            assert len({(r.broker_id, r.partition) for r in results}) > 1
+            with pytest.raises(ArrowValuesError, match="3 keys for 2 values"):
+                await p.send_arrow(
+                    "arrow-keys", ArrowValues([b"a", b"b"]), keys=ArrowValues([b"k"] * 3)
+                )
+            with pytest.raises(ArrowValuesError, match="not both"):
+                await p.send_arrow(
+                    "arrow-keys", ArrowValues([b"a"]), keys=ArrowValues([b"k"]), key="k"
+                )
+            with pytest.raises(ArrowValuesError, match="keys: the value at index 1 is null"):
+                await p.send_arrow(
+                    "arrow-keys",
+                    ArrowValues([b"a", b"b"]),
+                    keys=ArrowValues([b"k", b"l"], nulls=frozenset([1])),
+                )
+        logs = await read_logs(cluster, "arrow-keys")
+    expected: dict[tuple[int, int], list[bytes]] = {c: [b"seed"] for c in candidates}
+    for text, value in zip(texts, values, strict=True):
+        expected[candidates[default_partition(text, 4)]].append(value)
+    for key, value in zip(raw, values[:20], strict=True):
+        expected[candidates[default_partition(key, 4)]].append(value)
+    assert {where: logs.get(where, []) for where in candidates} == expected

@@ -333,11 +333,20 @@ def encode_arrow(
     max_count: int,
     max_bytes: int,
     max_message: int,
+    rows: Any = None,
 ) -> tuple[int, int, int, str | None, list[tuple[int, int, bytes]] | None]:
     """The producer's Arrow path (``_speedups.c`` states the contract): message sets of
     an Arrow array of binary or string values, read through ctypes."""
     from .. import arrow
 
     return arrow.encode_arrow(
-        schema, array, magic, attributes, max_count, max_bytes, max_message, encode_message_set
+        schema,
+        array,
+        magic,
+        attributes,
+        max_count,
+        max_bytes,
+        max_message,
+        encode_message_set,
+        rows,
     )

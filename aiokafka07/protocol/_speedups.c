@@ -11,7 +11,7 @@
  *   java_string_hash(s) -> int
  *   inflate(data, pos, limit, hint) -> (status, output or message, end, crc)
  *   offset_seq(offsets, fetched_at) -> bytearray
- *   encode_arrow(schema, array, magic, attributes, max_count, max_bytes, max_message)
+ *   encode_arrow(schema, array, magic, attributes, max_count, max_bytes, max_message, rows=None)
  *       -> (status, index, size, format, chunks)   (see its comment)
  *   arrow_schema(fields, metadata), arrow_array(fields, length, offset, owner),
  *   arrow_stream(fields, metadata, length, offset, owner) -> capsule (the Arrow C data
@@ -1470,8 +1470,8 @@ speedups_arrow_stream(PyObject *Py_UNUSED(module), PyObject *args)
     return capsule;
 }
 
-/* encode_arrow(schema, array, magic, attributes, max_count, max_bytes, max_message)
- *     -> (status, index, size, format, chunks)
+/* encode_arrow(schema, array, magic, attributes, max_count, max_bytes, max_message,
+ *              rows=None) -> (status, index, size, format, chunks)
  *
  * The producer's Arrow path (Producer.send_arrow): the values of an Arrow array of
  * binary or string values (formats "z", "u": int32 offsets; "Z", "U": int64 offsets),
@@ -1484,7 +1484,10 @@ speedups_arrow_stream(PyObject *Py_UNUSED(module), PyObject *args)
  *
  * The values are cut into chunks as BatchBuilder.append cuts a batch: at most max_count
  * values, and no more than max_bytes of payload unless a chunk holds one value. Each
- * chunk is (count, payload bytes, message set). A refusal returns no chunks and a status
+ * chunk is (count, payload bytes, message set). `rows` (optional: a buffer of native
+ * int64s, or None) selects the values to encode, in its order, by their positions in the
+ * array (the producer's per-message keys: one call per partition); every row is then
+ * checked, nulls in the whole array. A refusal returns no chunks and a status
  * for the Python caller to raise as a typed error (ARROW_* below): `index` is the
  * value's position in the array (from its offset), `size` its size, `format` the
  * schema's format string (None when unreadable). Everything is checked before anything
@@ -1503,27 +1506,58 @@ struct arrow_chunk {
     int64_t start, stop, bytes;
 };
 
+static PyObject *speedups_encode_arrow_rows(PyObject *, PyObject *, int, int, Py_ssize_t,
+                                            Py_ssize_t, Py_ssize_t, const int64_t *, Py_ssize_t);
+
 static PyObject *
 speedups_encode_arrow(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *schema_capsule, *array_capsule;
     int magic, attributes;
     Py_ssize_t max_count, max_bytes, max_message;
-    if (!PyArg_ParseTuple(args, "OOiinnn:encode_arrow", &schema_capsule, &array_capsule, &magic,
-                          &attributes, &max_count, &max_bytes, &max_message))
+    PyObject *rows_arg = Py_None;
+    if (!PyArg_ParseTuple(args, "OOiinnn|O:encode_arrow", &schema_capsule, &array_capsule, &magic,
+                          &attributes, &max_count, &max_bytes, &max_message, &rows_arg))
         return NULL;
+    Py_buffer rows_view = {0};
+    const int64_t *rows = NULL;
+    if (rows_arg != Py_None) {
+        if (PyObject_GetBuffer(rows_arg, &rows_view, PyBUF_SIMPLE) < 0)
+            return NULL;
+        if (rows_view.len % 8) {
+            PyBuffer_Release(&rows_view);
+            PyErr_SetString(PyExc_ValueError, "rows must be whole int64s");
+            return NULL;
+        }
+        rows = rows_view.buf;
+    }
+    PyObject *early = NULL;
     if (magic != 0 && magic != 1) {
         PyErr_SetString(PyExc_ValueError, "magic must be 0 or 1");
-        return NULL;
+        goto early_out;
     }
     if (attributes < 0 || attributes > 255 || (magic == 0 && attributes != 0)) {
         PyErr_SetString(PyExc_ValueError, "attributes must be a byte (0 for magic 0)");
-        return NULL;
+        goto early_out;
     }
     if (max_count < 1 || max_bytes < 1 || max_message < 0) {
         PyErr_SetString(PyExc_ValueError, "max_count and max_bytes must be positive");
-        return NULL;
+        goto early_out;
     }
+    early = speedups_encode_arrow_rows(schema_capsule, array_capsule, magic, attributes,
+                                       max_count, max_bytes, max_message, rows,
+                                       rows == NULL ? -1 : rows_view.len / 8);
+early_out:
+    if (rows != NULL)
+        PyBuffer_Release(&rows_view);
+    return early;
+}
+
+static PyObject *
+speedups_encode_arrow_rows(PyObject *schema_capsule, PyObject *array_capsule, int magic,
+                           int attributes, Py_ssize_t max_count, Py_ssize_t max_bytes,
+                           Py_ssize_t max_message, const int64_t *rows, Py_ssize_t n_rows)
+{
     struct ArrowSchema *schema = NULL;
     struct ArrowArray *source = NULL;
     if (PyCapsule_IsValid(schema_capsule, "arrow_schema"))
@@ -1579,45 +1613,47 @@ speedups_encode_arrow(PyObject *Py_UNUSED(module), PyObject *args)
             }
         }
     }
-    /* Chunks, as BatchBuilder.append cuts them; at most length of them. */
+    /* Chunks, as BatchBuilder.append cuts them, over the selected values (all, or
+     * rows); at most one per value. */
+    const int64_t selected = rows == NULL ? length : (int64_t)n_rows;
+#define ARROW_ROW(k) (rows == NULL ? (k) : rows[k])
     Py_ssize_t n_cuts = 0;
-    if (length > 0) {
-        cuts = PyMem_Malloc(sizeof(*cuts) * (size_t)length);
+    if (selected > 0) {
+        cuts = PyMem_Malloc(sizeof(*cuts) * (size_t)selected);
         if (cuts == NULL) {
             PyErr_NoMemory();
             goto done;
         }
-        int64_t prev = ARROW_OFF(0);
-        if (prev < 0) {
-            status = ARROW_OFFSETS;
-            goto refused;
-        }
         struct arrow_chunk cut = {0, 0, 0};
-        for (int64_t i = 0; i < length; i++) {
-            const int64_t next = ARROW_OFF(i + 1);
-            if (next < prev) {
+        for (int64_t k = 0; k < selected; k++) {
+            const int64_t i = ARROW_ROW(k);
+            if (i < 0 || i >= length) {
+                PyErr_SetString(PyExc_IndexError, "a row outside the array");
+                goto done;
+            }
+            const int64_t first = ARROW_OFF(i), next = ARROW_OFF(i + 1);
+            if (first < 0 || next < first) {
                 status = ARROW_OFFSETS;
                 index = i;
                 goto refused;
             }
-            const int64_t n = next - prev;
-            prev = next;
+            const int64_t n = next - first;
             if (n > max_message || n > (int64_t)INT32_MAX - hdr) {
                 status = ARROW_TOO_LARGE;
                 index = i;
                 size = n;
                 goto refused;
             }
-            const int64_t count = i - cut.start;
+            const int64_t count = k - cut.start;
             if (count >= max_count || (count > 0 && cut.bytes + n > max_bytes)) {
-                cut.stop = i;
+                cut.stop = k;
                 cuts[n_cuts++] = cut;
-                cut.start = i;
+                cut.start = k;
                 cut.bytes = 0;
             }
             cut.bytes += n;
         }
-        cut.stop = length;
+        cut.stop = selected;
         cuts[n_cuts++] = cut;
     }
     /* The sets, allocated with the GIL, filled without it. */
@@ -1642,7 +1678,8 @@ speedups_encode_arrow(PyObject *Py_UNUSED(module), PyObject *args)
     for (Py_ssize_t c = 0; c < n_cuts; c++) {
         PyObject *set = PyTuple_GET_ITEM(PyList_GET_ITEM(chunks, c), 2);
         unsigned char *w = (unsigned char *)PyBytes_AS_STRING(set);
-        for (int64_t i = cuts[c].start; i < cuts[c].stop; i++) {
+        for (int64_t k = cuts[c].start; k < cuts[c].stop; k++) {
+            const int64_t i = ARROW_ROW(k);
             const int64_t start = ARROW_OFF(i);
             const Py_ssize_t n = (Py_ssize_t)(ARROW_OFF(i + 1) - start);
             const unsigned char *p = data + start;
@@ -1657,6 +1694,7 @@ speedups_encode_arrow(PyObject *Py_UNUSED(module), PyObject *args)
     }
     Py_END_ALLOW_THREADS
 #undef ARROW_OFF
+#undef ARROW_ROW
     result = Py_BuildValue("iiiOO", ARROW_OK, 0, 0, format, chunks);
     goto done;
 refused:
@@ -1665,8 +1703,14 @@ done:
     PyMem_Free(cuts);
     Py_XDECREF(chunks);
     Py_DECREF(format);
-    if (array.release != NULL)
+    if (array.release != NULL) {
+        /* A release callback may run Python code (a ctypes export): not with an
+         * exception pending. */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
         array.release(&array);
+        PyErr_Restore(type, value, traceback);
+    }
     return result;
 }
 
