@@ -364,3 +364,241 @@ def exported() -> int:
     """How many exported structs and streams are not released yet (for tests and leak
     checks)."""
     return len(_KEEP) + len(_STREAMS)
+
+
+# -- importing: the producer's Arrow path (``encode_arrow``) ----------------------------
+
+# Statuses of ``encode_arrow`` (``_speedups.c`` lists the same).
+ARROW_OK = 0
+ARROW_RELEASED = 1
+ARROW_FORMAT = 2
+ARROW_SHAPE = 3
+ARROW_NULL = 4
+ARROW_OFFSETS = 5
+ARROW_TOO_LARGE = 6
+
+#: Formats ``encode_arrow`` takes: binary and utf8 (int32 offsets), large binary and
+#: large utf8 (int64 offsets).
+_OFFSET_TYPES = {"z": ctypes.c_int32, "u": ctypes.c_int32, "Z": ctypes.c_int64, "U": ctypes.c_int64}
+
+_capsule_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
+_capsule_pointer_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+Refusal = tuple[int, int, int, "str | None", None]
+Chunks = tuple[int, int, int, str, list[tuple[int, int, bytes]]]
+
+
+def encode_arrow(
+    schema_capsule: object,
+    array_capsule: object,
+    magic: int,
+    attributes: int,
+    max_count: int,
+    max_bytes: int,
+    max_message: int,
+    encode: Any,
+    rows: Any = None,
+) -> Refusal | Chunks:
+    """The pure twin of ``_speedups.c``'s ``encode_arrow`` (its comment is the contract):
+    the array is moved out of its capsule and released here, its values read through
+    ctypes, each chunk encoded by ``encode(payloads, magic, attributes)`` (the codec's
+    ``encode_message_set``)."""
+    if magic not in (0, 1):
+        raise ValueError("magic must be 0 or 1")
+    if not 0 <= attributes <= 255 or (magic == 0 and attributes):
+        raise ValueError("attributes must be a byte (0 for magic 0)")
+    if max_count < 1 or max_bytes < 1 or max_message < 0:
+        raise ValueError("max_count and max_bytes must be positive")
+    selection = None
+    if rows is not None:
+        view = memoryview(rows).cast("B")
+        if len(view) % 8:
+            raise ValueError("rows must be whole int64s")
+        selection = view.cast("q").tolist()
+    schema = source = None
+    if _capsule_valid(schema_capsule, SCHEMA_NAME):
+        schema = ArrowSchema.from_address(_capsule_pointer_of(schema_capsule, SCHEMA_NAME))
+    if _capsule_valid(array_capsule, ARRAY_NAME):
+        source = ArrowArray.from_address(_capsule_pointer_of(array_capsule, ARRAY_NAME))
+    if schema is None or source is None or not schema.release or not source.release:
+        return ARROW_RELEASED, 0, 0, None, None
+    if not schema.format:
+        return ARROW_RELEASED, 0, 0, None, None
+    format_ = ctypes.string_at(schema.format).decode("utf-8", "replace")
+    offset_type = _OFFSET_TYPES.get(format_)
+    if offset_type is None:
+        return ARROW_FORMAT, 0, 0, format_, None
+    array = ArrowArray()
+    ctypes.memmove(ctypes.addressof(array), ctypes.addressof(source), ctypes.sizeof(array))
+    source.release = None  # moved out: ours to release
+    try:
+        return _encode_array(
+            array,
+            format_,
+            offset_type,
+            magic,
+            attributes,
+            max_count,
+            max_bytes,
+            max_message,
+            encode,
+            selection,
+        )
+    finally:
+        if array.release:
+            _RELEASE(array.release)(ctypes.addressof(array))
+
+
+def _encode_array(
+    array: ArrowArray,
+    format_: str,
+    offset_type: Any,
+    magic: int,
+    attributes: int,
+    max_count: int,
+    max_bytes: int,
+    max_message: int,
+    encode: Any,
+    selection: list[int] | None,
+) -> Refusal | Chunks:
+    length, offset = array.length, array.offset
+    buffers = _children(array.buffers or 0, 3) if array.n_buffers == 3 else []
+    if (
+        len(buffers) != 3
+        or array.n_children
+        or length < 0
+        or offset < 0
+        or array.dictionary
+        or (length and not (buffers[1] and buffers[2]))
+    ):
+        return ARROW_SHAPE, 0, 0, format_, None
+    validity, offsets_at, data = buffers
+    if validity and array.null_count and length:
+        bits = ctypes.string_at(validity, (offset + length + 7) // 8)
+        for i in range(length):
+            bit = offset + i
+            if not bits[bit >> 3] >> (bit & 7) & 1:
+                return ARROW_NULL, i, 0, format_, None
+    selected = list(range(length)) if selection is None else selection
+    if not selected:
+        return ARROW_OK, 0, 0, format_, []
+    offsets = (offset_type * (offset + length + 1)).from_address(offsets_at)[offset:]
+    header = 6 if magic == 1 else 5
+    cuts: list[tuple[int, int, int]] = []
+    start = size = 0
+    for k, i in enumerate(selected):
+        if not 0 <= i < length:
+            raise IndexError("a row outside the array")
+        if offsets[i] < 0 or offsets[i + 1] < offsets[i]:
+            return ARROW_OFFSETS, i, 0, format_, None
+        n = offsets[i + 1] - offsets[i]
+        if n > max_message or n > 0x7FFFFFFF - header:
+            return ARROW_TOO_LARGE, i, n, format_, None
+        if k - start >= max_count or (k > start and size + n > max_bytes):
+            cuts.append((start, k, size))
+            start, size = k, 0
+        size += n
+    cuts.append((start, len(selected), size))
+    low, high = min(offsets[i] for i in selected), max(offsets[i + 1] for i in selected)
+    block = ctypes.string_at(data + low, high - low)
+    chunks = []
+    for start, stop, size in cuts:
+        payloads = [block[offsets[i] - low : offsets[i + 1] - low] for i in selected[start:stop]]
+        chunks.append((stop - start, size, encode(payloads, magic, attributes)))
+    return ARROW_OK, 0, 0, format_, chunks
+
+
+_GET_SCHEMA_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_GET_NEXT_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_LAST_ERROR_CALL = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)
+
+
+class StreamError(Exception):
+    """An ``ArrowArrayStream`` failed (its errno and its last error)."""
+
+
+def stream_arrays(capsule: object) -> Any:
+    """The (schema capsule, array capsule) pairs of an ``"arrow_array_stream"`` capsule
+    (what ``__arrow_c_stream__`` returns), one per array of the stream, for
+    ``encode_arrow``: the stream is moved out of its capsule and released once read to its
+    end (or when the generator is closed). Each array capsule releases its array unless a
+    consumer moved it out; the schema capsule is shared. A capsule that is not a stream
+    yields nothing but raises :class:`StreamError`."""
+    if not _capsule_valid(capsule, STREAM_NAME):
+        raise StreamError("not an arrow_array_stream capsule")
+    source = ArrowArrayStream.from_address(_capsule_pointer_of(capsule, STREAM_NAME))
+    if not source.release:
+        raise StreamError("the stream was released")
+    stream = ArrowArrayStream()
+    ctypes.memmove(ctypes.addressof(stream), ctypes.addressof(source), ctypes.sizeof(stream))
+    source.release = None
+    address = ctypes.addressof(stream)
+
+    def failed(errno: int) -> StreamError:
+        message = (
+            _LAST_ERROR_CALL(stream.get_last_error)(address) if stream.get_last_error else None
+        )
+        text = message.decode("utf-8", "replace") if message else "no message"
+        return StreamError(f"the stream failed (errno {errno}): {text}")
+
+    try:
+        schema = ArrowSchema()
+        errno = _GET_SCHEMA_CALL(stream.get_schema)(address, ctypes.addressof(schema))
+        if errno:
+            raise failed(errno)
+        schema_capsule = _capsule(schema, SCHEMA_NAME, _destroy_schema)
+        while True:
+            array = ArrowArray()
+            errno = _GET_NEXT_CALL(stream.get_next)(address, ctypes.addressof(array))
+            if errno:
+                raise failed(errno)
+            if not array.release:  # the end
+                return
+            yield schema_capsule, _capsule(array, ARRAY_NAME, _destroy_array)
+    finally:
+        if stream.release:
+            _RELEASE(stream.release)(address)
+
+
+def read_values(
+    schema_capsule: object, array_capsule: object
+) -> tuple[int, int, str | None, list[Any] | None]:
+    """The values of an Arrow binary or string array as Python objects, ``bytes`` for
+    ``z``/``Z`` and ``str`` for ``u``/``U``: (status, index, format, values), with the
+    statuses of ``encode_arrow`` (a string that is not UTF-8 is ``ARROW_SHAPE`` at its
+    index). The producer reads per-message keys with it (``send_arrow(keys=...)``: each
+    key goes through the partitioner, a Python call per message anyway). The array is
+    moved out of its capsule and released."""
+    values: list[bytes] = []
+
+    def collect(payloads: list[bytes], magic: int, attributes: int) -> bytes:
+        values.extend(payloads)
+        return b""
+
+    status, index, _, format_, chunks = encode_arrow(
+        schema_capsule, array_capsule, 1, 0, 1 << 62, 1 << 62, 0x7FFFFFFF, collect
+    )
+    if chunks is None:
+        return status, index, format_, None
+    if format_ in ("u", "U"):
+        texts: list[Any] = []
+        for position, value in enumerate(values):
+            try:
+                texts.append(value.decode("utf-8"))
+            except UnicodeDecodeError:
+                return ARROW_SHAPE, position, format_, None
+        return ARROW_OK, 0, format_, texts
+    return ARROW_OK, 0, format_, list(values)
+
+
+def array_length(capsule: object) -> int | None:
+    """The length of the array in an ``"arrow_array"`` capsule (None: not one, or
+    released), without moving it out."""
+    if not _capsule_valid(capsule, ARRAY_NAME):
+        return None
+    array = ArrowArray.from_address(_capsule_pointer_of(capsule, ARRAY_NAME))
+    return int(array.length) if array.release else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, NamedTuple
 
 __all__ = [
+    "ArrowValuesError",
     "BridgeError",
     "BrokerError",
     "CommitFailedError",
@@ -167,15 +168,39 @@ class InvalidTopicError(KafkaError, ValueError):
 class MessageTooLargeError(KafkaError, ValueError):
     """A message larger than the configured ``max.message.size``, or, for a consumer, a
     message at ``offset`` whose entry (``size`` bytes, length field excluded) does not
-    fit in ``max_fetch_size``.
+    fit in ``max_fetch_size``. ``index``: the value's position in an Arrow array given to
+    :meth:`~aiokafka07.Producer.send_arrow` (None otherwise).
 
     A 0.7 broker drops a too-large produce silently, so the client refuses it up front.
     """
 
-    def __init__(self, message: str, *, offset: int | None = None, size: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        offset: int | None = None,
+        size: int | None = None,
+        index: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.offset = offset
         self.size = size
+        self.index = index
+
+
+class ArrowValuesError(KafkaError, TypeError, ValueError):
+    """What :meth:`~aiokafka07.Producer.send_arrow` refuses before anything is queued: an
+    object without the Arrow PyCapsule interface, an array whose type is not binary or
+    string (``format``: its Arrow format string, None when unreadable), a released or
+    malformed array, a null (``index``: its position; a 0.7 message has no null). Also a
+    :class:`TypeError` and a :class:`ValueError`, as a wrong argument is either."""
+
+    def __init__(
+        self, message: str, *, format: str | None = None, index: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.format = format
+        self.index = index
 
 
 class InvalidConfigError(KafkaError, ValueError, TypeError):

@@ -50,6 +50,10 @@ and the ratio confirm / ``confirm=False`` per round.
   futures stay on them, and the collector walks those it finds alive.)
 * **send_batch**: ``batch.append(value)`` until full, then ``await producer.send_batch()``,
   against the batch floor.
+* **send_arrow**: ``await producer.send_arrow(topic, array)`` per pyarrow binary array of
+  1000 values (the arrays are the input, made before timing starts, as the floors' frames
+  are), against the batch floor: the Arrow path (issue 38), which encodes from the
+  arrays' buffers. Measured only where pyarrow is installed (the rows say n/a otherwise).
 
 For each codec (none, gzip, snappy) and confirm on / off, the four run interleaved, in a
 rotating order, ``--rounds`` times (>= 5), each after a full garbage collection (a full
@@ -66,7 +70,8 @@ checks that each message was delivered; at the end every topic is read back and 
 
 A second table gives the same against the encoding floors: each encoding floor over the
 floor of its shape (the bound), and ``send`` / ``send_batch`` over the encoding floor of
-their shape (what the client's own machinery adds).
+their shape (what the client's own machinery adds), and ``send_arrow`` over the encoding
+batch floor.
 
 The script prints the ratios only, never a verdict against a fixed number.
 
@@ -82,6 +87,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
 import gc
 import itertools
 import json
@@ -113,10 +119,16 @@ CODECS = ("none", "gzip", "snappy")
 #: How the brokers flush (aiokafka07.testing.flush): 0.7.2's shipped settings first.
 FLUSHES = tuple(FLUSH)
 VARIANTS = ("floor", "batch_floor", "enc_floor", "enc_batch_floor", "send", "send_batch")
+#: Measured where pyarrow is installed (its arrays are the input).
+ARROW_VARIANT = "send_arrow"
 #: Each measured variant's floor: the minimal client of the same shape.
-FLOOR_OF = {"send": "floor", "send_batch": "batch_floor"}
+FLOOR_OF = {"send": "floor", "send_batch": "batch_floor", "send_arrow": "batch_floor"}
 #: The floor of each shape with the codec's work inline (a bound, see the docstring).
-ENCODING_FLOOR_OF = {"send": "enc_floor", "send_batch": "enc_batch_floor"}
+ENCODING_FLOOR_OF = {
+    "send": "enc_floor",
+    "send_batch": "enc_batch_floor",
+    "send_arrow": "enc_batch_floor",
+}
 
 
 class FloorClient(asyncio.Protocol):
@@ -339,6 +351,34 @@ async def run_send_batch(port: int, payloads: list[bytes], codec: str, confirm: 
     return elapsed
 
 
+def arrow_arrays(payloads: list[bytes]) -> list[Any] | None:
+    """The payloads as pyarrow binary arrays of ``BATCH`` values (None without pyarrow)."""
+    try:
+        import pyarrow
+    except ImportError:
+        return None
+    return [
+        pyarrow.array(payloads[i : i + BATCH], pyarrow.binary())
+        for i in range(0, len(payloads), BATCH)
+    ]
+
+
+async def run_send_arrow(
+    port: int, payloads: list[bytes], codec: str, confirm: bool, *, arrays: list[Any]
+) -> float:
+    topic = topic_of("send_arrow", codec, confirm)
+    async with producer(port, codec, confirm) as p:
+        started = time.process_time()
+        last = None
+        for array in arrays:
+            last = await p.send_arrow(topic, array)
+        assert last is not None
+        await last
+        elapsed = time.process_time() - started
+        check(p, len(payloads))
+    return elapsed
+
+
 def check(p: Producer, messages: int) -> None:
     m = p.metrics
     if m.messages_sent != messages or m.messages_failed:
@@ -395,6 +435,12 @@ async def run(
     groups = [(codec, confirm) for codec in CODECS for confirm in (True, False)]
     cpu: dict[tuple[str, str, bool, str], list[float]] = collections.defaultdict(list)
     defaults: dict[tuple[str, bool], list[dict[str, float]]] = collections.defaultdict(list)
+    runners = dict(RUNNERS)
+    variants = VARIANTS
+    arrays = arrow_arrays(payloads)
+    if arrays is not None:
+        runners[ARROW_VARIANT] = functools.partial(run_send_arrow, arrays=arrays)
+        variants = (*VARIANTS, ARROW_VARIANT)
     load_before = os.getloadavg()
     with contextlib.ExitStack() as stack:
         ports: dict[str, int] = {}
@@ -410,10 +456,10 @@ async def run(
                 for flush in flushes:
                     port = ports[flush]
                     for codec, confirm in groups:
-                        shift = round_ % len(VARIANTS)
-                        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                        shift = round_ % len(variants)
+                        for variant in variants[shift:] + variants[:shift]:
                             gc.collect()
-                            seconds = await RUNNERS[variant](port, payloads, codec, confirm)
+                            seconds = await runners[variant](port, payloads, codec, confirm)
                             cpu[(flush, codec, confirm, variant)].append(seconds / messages)
                         encoding = encode_only(payloads, codec)
                         cpu[(flush, codec, confirm, "encode")].append(encoding / messages)
@@ -425,7 +471,7 @@ async def run(
             for flush in flushes:
                 port = ports[flush]
                 for codec, confirm in groups:
-                    for variant in VARIANTS:
+                    for variant in variants:
                         topic = topic_of(variant, codec, confirm)
                         found = await count_messages(port, topic)
                         if found != rounds * messages:
@@ -447,7 +493,7 @@ async def run(
     results = []
     for flush in flushes:
         for codec, confirm in groups:
-            results.append(cpu_entry(cpu, flush, codec, confirm))
+            results.append(cpu_entry(cpu, flush, codec, confirm, variants))
     return {
         "messages": messages,
         "defaults_messages": defaults_messages,
@@ -455,6 +501,7 @@ async def run(
         "payload_bytes": PAYLOAD,
         "batch": BATCH,
         "flushes": flushes,
+        "variants": list(variants),
         "load_before": list(load_before),
         "load_after": list(load_after),
         "defaults": [defaults_entry(defaults, flush, defaults_messages) for flush in flushes],
@@ -487,13 +534,17 @@ def defaults_entry(
 
 
 def cpu_entry(
-    cpu: dict[tuple[str, str, bool, str], list[float]], flush: str, codec: str, confirm: bool
+    cpu: dict[tuple[str, str, bool, str], list[float]],
+    flush: str,
+    codec: str,
+    confirm: bool,
+    variants: tuple[str, ...],
 ) -> dict[str, Any]:
     """The CPU rows of one codec and confirm setting against one broker."""
     entry: dict[str, Any] = {"flush": flush, "codec": codec, "confirm": confirm}
     encode = cpu[(flush, codec, confirm, "encode")]
     entry["encode_ns_per_message"] = statistics.median(encode) * 1e9
-    for variant in VARIANTS:
+    for variant in variants:
         per_message = cpu[(flush, codec, confirm, variant)]
         entry[f"{variant}_ns_per_message"] = statistics.median(per_message) * 1e9
         if variant in FLOOR_OF:
@@ -595,6 +646,23 @@ def render(r: dict[str, Any]) -> str:
             f"{run['enc_batch_floor_ns_per_message']:>13.0f}  "
             f"{ratio(run['enc_batch_floor_over_floor']):<21}"
             f"{ratio(run['send_batch_over_encoding_floor']):<21}"
+        )
+    lines += [
+        "the Arrow path: send_arrow (one pyarrow binary array of "
+        f"{r['batch']} values per call) over the batch floor and the encoding batch floor",
+        f"  {'flush':<15}{'codec':<7}{'confirm':<9}{'arrow ns':>9}  {'send_arrow / b.floor':<21}"
+        f"{'less encoding':<21}{'send_arrow / e.b.floor':<23}",
+    ]
+    for run in r["runs"]:
+        where = f"  {run['flush']:<15}{run['codec']:<7}{'on' if run['confirm'] else 'off':<9}"
+        if "send_arrow_ns_per_message" not in run:
+            lines.append(f"{where}{'n/a (pyarrow is not installed)':>9}")
+            continue
+        lines.append(
+            f"{where}{run['send_arrow_ns_per_message']:>9.0f}  "
+            f"{ratio(run['send_arrow_over_floor']):<21}"
+            f"{ratio(run['send_arrow_less_encoding_over_floor']):<21}"
+            f"{ratio(run['send_arrow_over_encoding_floor']):<23}"
         )
     return "\n".join(lines)
 

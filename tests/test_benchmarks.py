@@ -4,6 +4,7 @@ number."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -201,6 +202,20 @@ def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
         for bound in ("enc_floor", "enc_batch_floor"):
             ratio = run[f"{bound}_over_floor"]
             assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+        # The Arrow path, measured where pyarrow is installed, against the batch floors.
+        if importlib.util.find_spec("pyarrow") is None:
+            assert "send_arrow_ns_per_message" not in run
+            continue
+        assert run["send_arrow_ns_per_message"] > 0
+        assert (run["send_arrow_floor"], run["send_arrow_encoding_floor"]) == (
+            "batch_floor",
+            "enc_batch_floor",
+        )
+        for figure in ("send_arrow_over_floor", "send_arrow_over_encoding_floor"):
+            ratio = run[figure]
+            assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+    arrow = importlib.util.find_spec("pyarrow") is not None
+    assert figures["variants"][-1:] == (["send_arrow"] if arrow else ["send_batch"])
     assert len(figures["load_before"]) == len(figures["load_after"]) == 3
 
 

@@ -93,8 +93,11 @@ class Batch(_BatchCore):
     """Messages for one (broker, topic, partition), in the order they were accepted.
 
     ``values`` are payloads, or at the positions in ``raw`` whole encoded entries
-    (:meth:`Producer.send_message`). ``futures`` has one future per message, or a single
-    one for the whole batch (``whole``: a :class:`BatchBuilder`). ``routes`` maps the
+    (:meth:`Producer.send_message`). A batch of :meth:`Producer.send_arrow` holds its
+    ``encoded_count`` messages as one uncompressed message set already encoded from the
+    Arrow buffers (``encoded``; ``values`` stays empty): no bytes object per message.
+    ``futures`` has one future per message, or a single one for the whole batch
+    (``whole``: a :class:`BatchBuilder`, or a message set of an Arrow array). ``routes`` maps the
     position of a message sent with a key or an explicit partition to its :data:`Route`.
     ``isolated`` batches go alone in a request (retried after a refused multi-entry
     request). ``ended`` is set once the outcome of every message was decided, so no
@@ -118,6 +121,8 @@ class Batch(_BatchCore):
         "broker_id",
         "created",
         "doubtful",
+        "encoded",
+        "encoded_count",
         "ended",
         "isolated",
         "last_error",
@@ -141,6 +146,8 @@ class Batch(_BatchCore):
         self.size = 0
         self.routes: dict[int, Route] | None = None
         self.raw: set[int] | None = None
+        self.encoded: bytes | None = None
+        self.encoded_count = 0
         self.whole = False
         self.attempts = 0
         self.last_error: BaseException | None = None
@@ -155,14 +162,14 @@ class Batch(_BatchCore):
 
     def __repr__(self) -> str:
         return (
-            f"<Batch {self.topic}/{self.broker_id}-{self.partition}: {len(self.values)} "
+            f"<Batch {self.topic}/{self.broker_id}-{self.partition}: {self.count} "
             f"messages, {self.size} bytes{', isolated' if self.isolated else ''}>"
         )
 
     @property
     def count(self) -> int:
         """Messages in the batch."""
-        return len(self.values)
+        return len(self.values) if self.encoded is None else self.encoded_count
 
     @property
     def where(self) -> tuple[str, int, int]:

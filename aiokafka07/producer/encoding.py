@@ -5,7 +5,8 @@ compressed set that payload is the wrapper's compressed bytes. So a batch compre
 one wrapper, split in halves while a wrapper would exceed the limit; a single message
 whose wrapper is still too large (incompressible data near the limit) goes uncompressed,
 which fits since ``send()`` checked its size. Entries of :meth:`Producer.send_message`
-go out as they are.
+go out as they are. A batch of :meth:`Producer.send_arrow` is a message set encoded
+already: it goes out as it is, or compressed, split at entry boundaries the same way.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class MessageSetEncoder:
         """The batches of one request as its PRODUCE (one entry) or MULTIPRODUCE frame."""
         if len(batches) == 1:  # the common case; in one buffer when uncompressed
             batch = batches[0]
+            if batch.encoded is not None and not self.compresses(batch.topic):
+                return encode_produce_request(batch.topic, batch.partition, batch.encoded)
             if not batch.raw and not self.compresses(batch.topic):
                 return encode_produce_frame(batch.topic, batch.partition, batch.values, batch.size)
         entries = [
@@ -69,6 +72,10 @@ class MessageSetEncoder:
 
     def encode(self, batch: Batch) -> list[bytes]:
         """The batch as message sets, in order."""
+        if batch.encoded is not None:
+            if not self.compresses(batch.topic):
+                return [batch.encoded]
+            return self._compressed_set(batch.encoded, batch.encoded_count)
         raw = batch.raw
         if not raw:
             return self.payloads(batch.topic, batch.values)
@@ -100,6 +107,34 @@ class MessageSetEncoder:
             return [plain]
         half = len(payloads) // 2
         return self._compressed(payloads[:half]) + self._compressed(payloads[half:])
+
+    def _compressed_set(self, plain: bytes, count: int) -> list[bytes]:
+        """:meth:`_compressed` for a message set encoded already (``count`` entries):
+        halves cut at an entry boundary."""
+        wrapper = encode_wrapper(self.compression, plain, level=self.compression_level)
+        if len(wrapper) - entry_size(0) <= self.max_message_size:
+            return [wrapper]
+        if count == 1:
+            log.debug(
+                "a %d-byte message is sent uncompressed: compressed, it would exceed "
+                "max.message.size %d",
+                len(plain) - entry_size(0),
+                self.max_message_size,
+            )
+            return [plain]
+        half = count // 2
+        cut = _entries_end(plain, half)
+        return self._compressed_set(plain[:cut], half) + self._compressed_set(
+            plain[cut:], count - half
+        )
+
+
+def _entries_end(message_set: bytes, count: int) -> int:
+    """Where the first ``count`` entries of ``message_set`` (encoded here) end."""
+    position = 0
+    for _ in range(count):
+        position += 4 + int.from_bytes(message_set[position : position + 4], "big")
+    return position
 
 
 def topics_to_compress(topics: Iterable[str] | str | None) -> frozenset[str] | None:

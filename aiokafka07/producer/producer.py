@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from array import array
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, overload
@@ -42,13 +43,15 @@ from ..backoff import Backoff
 from ..cluster import Cluster, cluster_from
 from ..connection import MAX_MESSAGE_SIZE
 from ..errors import (
+    ArrowValuesError,
     InvalidConfigError,
+    MessageTooLargeError,
     ProducerClosedError,
     QueueFullError,
 )
 from ..pool import ConnectionPool, PoolMetrics
 from ..protocol import Compression, _accel, validate_topic
-from ..supervisor import Supervisor
+from ..supervisor import Supervisor, mark_retrieved
 from ..validation import (
     INT32_MAX,
     NOT_GIVEN,
@@ -718,3 +721,296 @@ class Producer:
             return future
         self._accumulator.add_batch(whole)  # sealed: the next call lets its sender write it
         return future
+
+    # -- Arrow arrays (issue 38) ---------------------------------------------------
+
+    async def send_arrow(
+        self,
+        topic: str,
+        values: Any,
+        *,
+        keys: Any = None,
+        partition: tuple[int, int] | None = None,
+        key: Any = None,
+    ) -> asyncio.Future[list[ProduceResult]]:
+        """Accept the values of an Arrow array as messages, encoded straight from its
+        buffers: no Python object per message. Waits while the buffer is full; returns
+        one future for the whole array.
+
+        ``values`` is any object with the Arrow PyCapsule interface's
+        ``__arrow_c_array__`` (a pyarrow ``Array``, a polars ``Series``, nanoarrow...)
+        whose type is binary or string (Arrow formats ``z``, ``u``, ``Z``, ``U``: large
+        ones too; a slice's offset is honoured), or with ``__arrow_c_stream__`` only (a
+        pyarrow ``ChunkedArray``): its arrays in order, each cut on its own. The array is
+        encoded, then released, before this returns, so its buffers may be reused at
+        once.
+
+        A sibling of :meth:`send_batch`, not a new form of it: what it takes (one array,
+        not values appended one by one) and what its future holds differ. As with
+        :meth:`send_batch`, the messages go where ``partition`` or ``key`` routes them
+        (one key routes the whole array, as 0.7 messages carry no key), or to a random
+        partition, and the producer's compression applies. The ``value_serializer`` does
+        not: the values are bytes already.
+
+        ``keys`` (instead of ``key`` and ``partition``): an Arrow array of binary or
+        string keys, one per value (``bytes`` and ``str`` keys to the partitioner, after
+        the ``key_serializer``), each routing its message as :meth:`send` with that key
+        would; the messages of one partition go together, in their order, cut as above.
+        The keys are read into Python objects (the partitioner is a Python call per
+        message), the values are not. A set retried is routed again by its first key.
+        ``values`` must then have ``__arrow_c_array__`` (not a stream only).
+
+        The array is cut as :meth:`create_batch`'s batches are: at most ``batch_size``
+        messages and ``batch_bytes`` of payload per message set, each one request entry
+        (one wrapper when compressed, split as the producer splits its own). The future's
+        result is the list of their :class:`ProduceResult`, in order; it fails with the
+        first failure once every set ended (a note says how many were delivered: the
+        sets before it may be in the log, exactly as separate :meth:`send_batch` calls).
+        Each set is retried on its own, as separate batches are, so after a retry sets
+        may land out of their order (each whole, its messages in order). An empty array
+        gives an empty list.
+
+        Refused before anything is queued: an object without either method, an
+        array of another type, released or malformed, or holding a null (a 0.7 message
+        has no null: send ``b""`` for an empty one) raise
+        :class:`~aiokafka07.errors.ArrowValuesError` (a ``TypeError`` and a
+        ``ValueError``); a value over ``max_message_size`` raises
+        :class:`~aiokafka07.errors.MessageTooLargeError` naming its ``index``; the topic,
+        partition and key are checked as in :meth:`send`.
+        """
+        self._check_running()
+        self._check_topic(topic)
+        if keys is not None:
+            return await self._send_arrow_keyed(topic, values, keys, key, partition)
+        pinned = None if partition is None else check_partition(partition)
+        routing_key = self._router.key(key)
+        chunks = self._encode_arrow(values)
+        await self._arrow_space()
+        target, route = self._route(topic, routing_key, pinned, sticky=False)
+        return self._queue_sets(topic, [(target, route, chunks)])
+
+    async def _arrow_space(self) -> None:
+        """Wait for buffer space before an array is taken, as send_batch() does."""
+        if self._accumulator.sealed:  # before the array is taken, as in send()
+            await self._let_senders_run()
+        if self._accumulator.full():
+            await self._accumulator.wait_for_space()
+            self._check_running()
+
+    async def _send_arrow_keyed(
+        self, topic: str, values: Any, keys: Any, key: Any, partition: object
+    ) -> asyncio.Future[list[ProduceResult]]:
+        """:meth:`send_arrow` with per-message ``keys``: each message to its key's
+        partition, one group of sets per partition."""
+        if key is not None or partition is not None:
+            raise ArrowValuesError("send_arrow() takes keys= or key=/partition=, not both")
+        from .. import arrow  # ctypes: keys are read into Python objects
+
+        key_list = self._arrow_keys(keys)
+        kind = type(values)
+        if getattr(kind, "__arrow_c_array__", None) is None:
+            raise ArrowValuesError(
+                f"send_arrow(keys=...) takes values with __arrow_c_array__, not a {kind.__name__}"
+            )
+        length = arrow.array_length(self._arrow_capsules(values)[1])
+        if length != len(key_list):
+            raise ArrowValuesError(f"send_arrow() got {len(key_list)} keys for {length} values")
+        routing = [self._router.key(k) for k in key_list]  # checked as send() checks
+        await self._arrow_space()
+        groups: dict[tuple[int, int], list[int]] = {}
+        routes: dict[tuple[int, int], Route | None] = {}
+        keyless: tuple[tuple[int, int], Route | None] | None = None
+        for row, routing_key in enumerate(routing):
+            if routing_key is None:  # static mode: keys choose nothing, one random target
+                if keyless is None:
+                    keyless = self._route(topic, None, None, sticky=False)
+                target, route = keyless
+            else:
+                target, route = self._route(topic, routing_key, None, sticky=False)
+            rows = groups.get(target)
+            if rows is None:
+                rows = groups[target] = []
+                routes[target] = route
+            rows.append(row)
+        parts = [
+            (
+                target,
+                routes[target],
+                self._encode_arrays(kind, [self._arrow_capsules(values)], array("q", rows)),
+            )
+            for target, rows in groups.items()
+        ]
+        return self._queue_sets(topic, parts)
+
+    def _arrow_keys(self, keys: Any) -> list[Any]:
+        """``keys`` as Python objects (bytes or str), or the typed refusal."""
+        from .. import arrow
+
+        if getattr(type(keys), "__arrow_c_array__", None) is None:
+            raise ArrowValuesError(
+                f"send_arrow() takes keys as an Arrow array (__arrow_c_array__), not a "
+                f"{type(keys).__name__}"
+            )
+        status, index, format_, key_list = arrow.read_values(*self._arrow_capsules(keys))
+        if key_list is not None:
+            return key_list
+        raise ArrowValuesError(
+            f"send_arrow() cannot route by these keys: {_refusal(status, index, format_)}",
+            format=format_,
+            index=index if status in (ARROW_NULL, ARROW_OFFSETS, ARROW_SHAPE) else None,
+        )
+
+    @staticmethod
+    def _arrow_capsules(values: Any) -> tuple[object, object]:
+        capsules = values.__arrow_c_array__()
+        if not (isinstance(capsules, tuple) and len(capsules) == 2):
+            raise ArrowValuesError(
+                f"{type(values).__name__}.__arrow_c_array__() did not return "
+                "(schema capsule, array capsule)"
+            )
+        return capsules
+
+    def _queue_sets(
+        self,
+        topic: str,
+        parts: list[tuple[tuple[int, int], Route | None, list[tuple[int, int, bytes]]]],
+    ) -> asyncio.Future[list[ProduceResult]]:
+        """Queue encoded message sets as whole batches, each (target, route, sets) part
+        to its target; one future for all of them (an empty list for no sets)."""
+        assert self._loop is not None
+        loop = self._loop
+        whole: asyncio.Future[list[ProduceResult]] = loop.create_future()
+        futures: list[asyncio.Future[ProduceResult]] = []
+        for target, route, chunks in parts:
+            for count, size, encoded in chunks:
+                future: asyncio.Future[ProduceResult] = loop.create_future()
+                batch = Batch(topic, target[0], target[1])
+                batch.encoded = encoded
+                batch.encoded_count = count
+                batch.size = size
+                batch.futures = [future]
+                batch.whole = True
+                if route is not None:
+                    batch.routes = {0: route}
+                futures.append(future)
+                self._accumulator.add_batch(batch)
+        if not futures:
+            whole.set_result([])
+            return whole
+        _gather_sets(whole, futures)
+        return whole
+
+    def _encode_arrow(self, values: Any) -> list[tuple[int, int, bytes]]:
+        """The message sets of an Arrow array or stream (:meth:`send_arrow`), or its
+        typed refusal."""
+        kind = type(values)
+        if getattr(kind, "__arrow_c_array__", None) is not None:
+            return self._encode_arrays(kind, [self._arrow_capsules(values)])
+        if getattr(kind, "__arrow_c_stream__", None) is not None:
+            from .. import arrow  # ctypes, for streams only
+
+            arrays = arrow.stream_arrays(values.__arrow_c_stream__())
+            try:
+                return self._encode_arrays(kind, arrays)
+            except arrow.StreamError as exc:
+                raise ArrowValuesError(
+                    f"send_arrow() cannot read this {kind.__name__}: {exc}"
+                ) from exc
+            finally:
+                arrays.close()
+        raise ArrowValuesError(
+            f"send_arrow() takes an Arrow array (an object with __arrow_c_array__ or "
+            f"__arrow_c_stream__), not a {kind.__name__}"
+        )
+
+    def _encode_arrays(
+        self, kind: type, arrays: Iterable[Any], rows: array[int] | None = None
+    ) -> list[tuple[int, int, bytes]]:
+        """The message sets of (schema, array) capsule pairs, in order (of the ``rows``
+        selected, if given); a refusal names the value by its index in all of them."""
+        sets: list[tuple[int, int, bytes]] = []
+        before = 0  # values in the arrays before this one
+        for schema, array_capsule in arrays:
+            status, index, size, format_, chunks = _accel.impl.encode_arrow(
+                schema,
+                array_capsule,
+                1,
+                0,
+                self.batch_size,
+                self._accumulator.batch_bytes,
+                self.max_message_size,
+                rows,
+            )
+            if chunks is not None:
+                sets += chunks
+                before += sum(chunk[0] for chunk in chunks)
+                continue
+            index += before
+            if status == ARROW_TOO_LARGE:
+                raise MessageTooLargeError(
+                    f"the value at index {index} ({size} bytes) exceeds max.message.size "
+                    f"{self.max_message_size}; a 0.7 broker would drop it silently",
+                    size=size,
+                    index=index,
+                )
+            raise ArrowValuesError(
+                f"send_arrow() cannot send this {kind.__name__}: "
+                f"{_refusal(status, index, format_)}",
+                format=format_,
+                index=index if status in (ARROW_NULL, ARROW_OFFSETS) else None,
+            )
+        return sets
+
+
+# Statuses of the codec's encode_arrow (protocol/_speedups.c, aiokafka07/arrow.py).
+ARROW_RELEASED, ARROW_FORMAT, ARROW_SHAPE, ARROW_NULL, ARROW_OFFSETS, ARROW_TOO_LARGE = range(1, 7)
+
+
+def _refusal(status: int, index: int, format_: str | None) -> str:
+    """Why ``encode_arrow`` refused an array, in words."""
+    return {
+        ARROW_RELEASED: "its capsules are not an arrow_schema and an arrow_array, or were released",
+        ARROW_FORMAT: f"its Arrow type (format {format_!r}) is not binary or string (z, u, Z, U)",
+        ARROW_SHAPE: f"its buffers are not those of a binary or string array (index {index})",
+        ARROW_NULL: f"the value at index {index} is null (a 0.7 message has no null)",
+        ARROW_OFFSETS: f"its offsets decrease or are negative at index {index}",
+    }.get(status, f"status {status}")
+
+
+def _gather_sets(
+    whole: asyncio.Future[list[ProduceResult]], futures: list[asyncio.Future[ProduceResult]]
+) -> None:
+    """Resolve ``whole`` once every message set's future ended: their results in order,
+    or the first failure (noting how many sets were delivered). Marked retrieved when it
+    fails, as a batch's future is: :meth:`Producer.close` reports the failure."""
+    left = len(futures)
+
+    def ended(_: asyncio.Future[ProduceResult]) -> None:
+        nonlocal left
+        left -= 1
+        if left or whole.done():
+            return
+        failed: list[BaseException] = []
+        for future in futures:
+            error = (
+                asyncio.CancelledError("a message set's future was cancelled")
+                if future.cancelled()
+                else future.exception()
+            )
+            if error is not None:
+                failed.append(error)
+        if not failed:
+            whole.set_result([f.result() for f in futures])
+            return
+        error = failed[0]
+        add_note = getattr(error, "add_note", None)
+        if add_note is not None and len(futures) > 1:
+            add_note(
+                f"{len(futures) - len(failed)} of the array's {len(futures)} message sets "
+                "were delivered"
+            )
+        whole.set_exception(error)
+        mark_retrieved(whole)
+
+    for future in futures:
+        future.add_done_callback(ended)

@@ -323,3 +323,30 @@ def arrow_stream(fields: Any, metadata: bytes, length: int, offset: int, owner: 
     from .. import arrow
 
     return arrow.stream_capsule(fields, metadata, length, offset, owner)
+
+
+def encode_arrow(
+    schema: object,
+    array: object,
+    magic: int,
+    attributes: int,
+    max_count: int,
+    max_bytes: int,
+    max_message: int,
+    rows: Any = None,
+) -> tuple[int, int, int, str | None, list[tuple[int, int, bytes]] | None]:
+    """The producer's Arrow path (``_speedups.c`` states the contract): message sets of
+    an Arrow array of binary or string values, read through ctypes."""
+    from .. import arrow
+
+    return arrow.encode_arrow(
+        schema,
+        array,
+        magic,
+        attributes,
+        max_count,
+        max_bytes,
+        max_message,
+        encode_message_set,
+        rows,
+    )

@@ -11,6 +11,8 @@
  *   java_string_hash(s) -> int
  *   inflate(data, pos, limit, hint) -> (status, output or message, end, crc)
  *   offset_seq(offsets, fetched_at) -> bytearray
+ *   encode_arrow(schema, array, magic, attributes, max_count, max_bytes, max_message, rows=None)
+ *       -> (status, index, size, format, chunks)   (see its comment)
  *   arrow_schema(fields, metadata), arrow_array(fields, length, offset, owner),
  *   arrow_stream(fields, metadata, length, offset, owner) -> capsule (the Arrow C data
  *       interface; the twin is aiokafka07/arrow.py, through ctypes)
@@ -1468,6 +1470,250 @@ speedups_arrow_stream(PyObject *Py_UNUSED(module), PyObject *args)
     return capsule;
 }
 
+/* encode_arrow(schema, array, magic, attributes, max_count, max_bytes, max_message,
+ *              rows=None) -> (status, index, size, format, chunks)
+ *
+ * The producer's Arrow path (Producer.send_arrow): the values of an Arrow array of
+ * binary or string values (formats "z", "u": int32 offsets; "Z", "U": int64 offsets),
+ * given as its "arrow_schema" and "arrow_array" capsules (what __arrow_c_array__
+ * returns), encoded as 0.7 message sets straight from its offsets and data buffers: no
+ * Python object per message. The array is moved out of its capsule (its release set to
+ * NULL there) and released here once encoded, or refused; the schema stays in its
+ * capsule. The array's offset (a slice) is honoured; nothing is read outside the rows
+ * [offset, offset + length] of its offsets and the bytes they delimit.
+ *
+ * The values are cut into chunks as BatchBuilder.append cuts a batch: at most max_count
+ * values, and no more than max_bytes of payload unless a chunk holds one value. Each
+ * chunk is (count, payload bytes, message set). `rows` (optional: a buffer of native
+ * int64s, or None) selects the values to encode, in its order, by their positions in the
+ * array (the producer's per-message keys: one call per partition); every row is then
+ * checked, nulls in the whole array. A refusal returns no chunks and a status
+ * for the Python caller to raise as a typed error (ARROW_* below): `index` is the
+ * value's position in the array (from its offset), `size` its size, `format` the
+ * schema's format string (None when unreadable). Everything is checked before anything
+ * is encoded; the encoding runs with the GIL released. */
+enum {
+    ARROW_OK = 0,
+    ARROW_RELEASED = 1,  /* a capsule of the wrong name, or a released struct */
+    ARROW_FORMAT = 2,    /* not binary or string; format says what it is */
+    ARROW_SHAPE = 3,     /* buffers or children not those of its format */
+    ARROW_NULL = 4,      /* a null at index */
+    ARROW_OFFSETS = 5,   /* offsets decreasing or negative at index */
+    ARROW_TOO_LARGE = 6, /* the value at index has size bytes, over max_message */
+};
+
+struct arrow_chunk {
+    int64_t start, stop, bytes;
+};
+
+static PyObject *speedups_encode_arrow_rows(PyObject *, PyObject *, int, int, Py_ssize_t,
+                                            Py_ssize_t, Py_ssize_t, const int64_t *, Py_ssize_t);
+
+static PyObject *
+speedups_encode_arrow(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *schema_capsule, *array_capsule;
+    int magic, attributes;
+    Py_ssize_t max_count, max_bytes, max_message;
+    PyObject *rows_arg = Py_None;
+    if (!PyArg_ParseTuple(args, "OOiinnn|O:encode_arrow", &schema_capsule, &array_capsule, &magic,
+                          &attributes, &max_count, &max_bytes, &max_message, &rows_arg))
+        return NULL;
+    Py_buffer rows_view = {0};
+    const int64_t *rows = NULL;
+    if (rows_arg != Py_None) {
+        if (PyObject_GetBuffer(rows_arg, &rows_view, PyBUF_SIMPLE) < 0)
+            return NULL;
+        if (rows_view.len % 8) {
+            PyBuffer_Release(&rows_view);
+            PyErr_SetString(PyExc_ValueError, "rows must be whole int64s");
+            return NULL;
+        }
+        rows = rows_view.buf;
+    }
+    PyObject *early = NULL;
+    if (magic != 0 && magic != 1) {
+        PyErr_SetString(PyExc_ValueError, "magic must be 0 or 1");
+        goto early_out;
+    }
+    if (attributes < 0 || attributes > 255 || (magic == 0 && attributes != 0)) {
+        PyErr_SetString(PyExc_ValueError, "attributes must be a byte (0 for magic 0)");
+        goto early_out;
+    }
+    if (max_count < 1 || max_bytes < 1 || max_message < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_count and max_bytes must be positive");
+        goto early_out;
+    }
+    early = speedups_encode_arrow_rows(schema_capsule, array_capsule, magic, attributes,
+                                       max_count, max_bytes, max_message, rows,
+                                       rows == NULL ? -1 : rows_view.len / 8);
+early_out:
+    if (rows != NULL)
+        PyBuffer_Release(&rows_view);
+    return early;
+}
+
+static PyObject *
+speedups_encode_arrow_rows(PyObject *schema_capsule, PyObject *array_capsule, int magic,
+                           int attributes, Py_ssize_t max_count, Py_ssize_t max_bytes,
+                           Py_ssize_t max_message, const int64_t *rows, Py_ssize_t n_rows)
+{
+    struct ArrowSchema *schema = NULL;
+    struct ArrowArray *source = NULL;
+    if (PyCapsule_IsValid(schema_capsule, "arrow_schema"))
+        schema = PyCapsule_GetPointer(schema_capsule, "arrow_schema");
+    if (PyCapsule_IsValid(array_capsule, "arrow_array"))
+        source = PyCapsule_GetPointer(array_capsule, "arrow_array");
+    if (schema == NULL || source == NULL || schema->release == NULL || source->release == NULL
+        || schema->format == NULL)
+        return Py_BuildValue("iiiOO", ARROW_RELEASED, 0, 0, Py_None, Py_None);
+    PyObject *format = PyUnicode_DecodeUTF8(schema->format, (Py_ssize_t)strlen(schema->format),
+                                            "replace");
+    if (format == NULL)
+        return NULL;
+    const char *f = schema->format;
+    int wide; /* int64 offsets */
+    if ((f[0] == 'z' || f[0] == 'u') && f[1] == '\0')
+        wide = 0;
+    else if ((f[0] == 'Z' || f[0] == 'U') && f[1] == '\0')
+        wide = 1;
+    else
+        return Py_BuildValue("iiiNO", ARROW_FORMAT, 0, 0, format, Py_None);
+
+    /* Moved out: ours to release from here on, whatever happens. */
+    struct ArrowArray array = *source;
+    source->release = NULL;
+    PyObject *result = NULL;
+    PyObject *chunks = NULL;
+    struct arrow_chunk *cuts = NULL;
+    int status = ARROW_OK;
+    int64_t index = 0, size = 0;
+
+    const int64_t length = array.length, offset = array.offset;
+    if (array.n_buffers != 3 || array.n_children != 0 || array.buffers == NULL || length < 0
+        || offset < 0 || array.dictionary != NULL
+        || (length > 0 && (array.buffers[1] == NULL || array.buffers[2] == NULL))) {
+        status = ARROW_SHAPE;
+        goto refused;
+    }
+    const uint8_t *validity = array.buffers[0];
+    const int32_t *off32 = array.buffers[1];
+    const int64_t *off64 = array.buffers[1];
+    const unsigned char *data = array.buffers[2];
+    const Py_ssize_t hdr = magic == 1 ? 6 : 5;
+#define ARROW_OFF(i) (wide ? off64[offset + (i)] : (int64_t)off32[offset + (i)])
+
+    if (validity != NULL && array.null_count != 0) {
+        for (int64_t i = 0; i < length; i++) {
+            const int64_t bit = offset + i;
+            if (!(validity[bit >> 3] & (1u << (bit & 7)))) {
+                status = ARROW_NULL;
+                index = i;
+                goto refused;
+            }
+        }
+    }
+    /* Chunks, as BatchBuilder.append cuts them, over the selected values (all, or
+     * rows); at most one per value. */
+    const int64_t selected = rows == NULL ? length : (int64_t)n_rows;
+#define ARROW_ROW(k) (rows == NULL ? (k) : rows[k])
+    Py_ssize_t n_cuts = 0;
+    if (selected > 0) {
+        cuts = PyMem_Malloc(sizeof(*cuts) * (size_t)selected);
+        if (cuts == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        struct arrow_chunk cut = {0, 0, 0};
+        for (int64_t k = 0; k < selected; k++) {
+            const int64_t i = ARROW_ROW(k);
+            if (i < 0 || i >= length) {
+                PyErr_SetString(PyExc_IndexError, "a row outside the array");
+                goto done;
+            }
+            const int64_t first = ARROW_OFF(i), next = ARROW_OFF(i + 1);
+            if (first < 0 || next < first) {
+                status = ARROW_OFFSETS;
+                index = i;
+                goto refused;
+            }
+            const int64_t n = next - first;
+            if (n > max_message || n > (int64_t)INT32_MAX - hdr) {
+                status = ARROW_TOO_LARGE;
+                index = i;
+                size = n;
+                goto refused;
+            }
+            const int64_t count = k - cut.start;
+            if (count >= max_count || (count > 0 && cut.bytes + n > max_bytes)) {
+                cut.stop = k;
+                cuts[n_cuts++] = cut;
+                cut.start = k;
+                cut.bytes = 0;
+            }
+            cut.bytes += n;
+        }
+        cut.stop = selected;
+        cuts[n_cuts++] = cut;
+    }
+    /* The sets, allocated with the GIL, filled without it. */
+    if ((chunks = PyList_New(n_cuts)) == NULL)
+        goto done;
+    for (Py_ssize_t c = 0; c < n_cuts; c++) {
+        const int64_t count = cuts[c].stop - cuts[c].start;
+        const int64_t total = cuts[c].bytes + count * (4 + hdr);
+        if (total > (int64_t)PY_SSIZE_T_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "message set too large");
+            goto done;
+        }
+        PyObject *set = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+        if (set == NULL)
+            goto done;
+        PyObject *item = Py_BuildValue("LLN", (long long)count, (long long)cuts[c].bytes, set);
+        if (item == NULL)
+            goto done;
+        PyList_SET_ITEM(chunks, c, item);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t c = 0; c < n_cuts; c++) {
+        PyObject *set = PyTuple_GET_ITEM(PyList_GET_ITEM(chunks, c), 2);
+        unsigned char *w = (unsigned char *)PyBytes_AS_STRING(set);
+        for (int64_t k = cuts[c].start; k < cuts[c].stop; k++) {
+            const int64_t i = ARROW_ROW(k);
+            const int64_t start = ARROW_OFF(i);
+            const Py_ssize_t n = (Py_ssize_t)(ARROW_OFF(i + 1) - start);
+            const unsigned char *p = data + start;
+            wr_u32(w, (uint32_t)(hdr + n));
+            w[4] = (unsigned char)magic;
+            if (magic == 1)
+                w[5] = (unsigned char)attributes;
+            wr_u32(w + hdr, crc32_buf(p, n));
+            memcpy(w + 4 + hdr, p, (size_t)n);
+            w += 4 + hdr + n;
+        }
+    }
+    Py_END_ALLOW_THREADS
+#undef ARROW_OFF
+#undef ARROW_ROW
+    result = Py_BuildValue("iiiOO", ARROW_OK, 0, 0, format, chunks);
+    goto done;
+refused:
+    result = Py_BuildValue("iLLOO", status, (long long)index, (long long)size, format, Py_None);
+done:
+    PyMem_Free(cuts);
+    Py_XDECREF(chunks);
+    Py_DECREF(format);
+    if (array.release != NULL) {
+        /* A release callback may run Python code (a ctypes export): not with an
+         * exception pending. */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        array.release(&array);
+        PyErr_Restore(type, value, traceback);
+    }
+    return result;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"scan", speedups_scan, METH_VARARGS, "Decode plain messages of a message set from pos."},
     {"scan_columns", speedups_scan_columns, METH_VARARGS,
@@ -1489,6 +1735,8 @@ static PyMethodDef speedups_methods[] = {
      "An arrow_array capsule: a struct array pointing into the fields' buffers."},
     {"arrow_stream", speedups_arrow_stream, METH_VARARGS,
      "An arrow_array_stream capsule handing out that struct array once."},
+    {"encode_arrow", speedups_encode_arrow, METH_VARARGS,
+     "Message sets of an Arrow array of binary or string values, from its buffers."},
     {"offset_seq", speedups_offset_seq, METH_VARARGS,
      "offset_seq (int32) of messages with these int64 offsets, fetched at fetched_at."},
     {NULL, NULL, 0, NULL},
