@@ -45,13 +45,12 @@ from ..connection import MAX_MESSAGE_SIZE
 from ..errors import (
     ArrowValuesError,
     InvalidConfigError,
-    MessageTooLargeError,
     ProducerClosedError,
     QueueFullError,
 )
 from ..pool import ConnectionPool, PoolMetrics
 from ..protocol import Compression, _accel, validate_topic
-from ..supervisor import Supervisor, mark_retrieved
+from ..supervisor import Supervisor
 from ..validation import (
     INT32_MAX,
     NOT_GIVEN,
@@ -66,6 +65,7 @@ from ..validation import (
     warn_deprecated,
 )
 from .accumulator import Accumulator
+from .arrow_input import ArrowSets, capsules, gather_sets, read_keys
 from .batch import Batch, BatchBuilder, Route, check_message_size, serialize
 from .encoding import MessageSetEncoder, topics_to_compress
 from .legacy import SEND_BATCH_OF_VALUES, send_batch_of_values_arguments
@@ -784,7 +784,7 @@ class Producer:
             return await self._send_arrow_keyed(topic, values, keys, key, partition)
         pinned = None if partition is None else check_partition(partition)
         routing_key = self._router.key(key)
-        chunks = self._encode_arrow(values)
+        chunks = self._arrow_sets().encode(values)
         await self._arrow_space()
         target, route = self._route(topic, routing_key, pinned, sticky=False)
         return self._queue_sets(topic, [(target, route, chunks)])
@@ -806,13 +806,13 @@ class Producer:
             raise ArrowValuesError("send_arrow() takes keys= or key=/partition=, not both")
         from .. import arrow  # ctypes: keys are read into Python objects
 
-        key_list = self._arrow_keys(keys)
+        key_list = read_keys(keys)
         kind = type(values)
         if getattr(kind, "__arrow_c_array__", None) is None:
             raise ArrowValuesError(
                 f"send_arrow(keys=...) takes values with __arrow_c_array__, not a {kind.__name__}"
             )
-        length = arrow.array_length(self._arrow_capsules(values)[1])
+        length = arrow.array_length(capsules(values)[1])
         if length != len(key_list):
             raise ArrowValuesError(f"send_arrow() got {len(key_list)} keys for {length} values")
         routing = [self._router.key(k) for k in key_list]  # checked as send() checks
@@ -836,39 +836,15 @@ class Producer:
             (
                 target,
                 routes[target],
-                self._encode_arrays(kind, [self._arrow_capsules(values)], array("q", rows)),
+                self._arrow_sets().encode_arrays(kind, [capsules(values)], array("q", rows)),
             )
             for target, rows in groups.items()
         ]
         return self._queue_sets(topic, parts)
 
-    def _arrow_keys(self, keys: Any) -> list[Any]:
-        """``keys`` as Python objects (bytes or str), or the typed refusal."""
-        from .. import arrow
-
-        if getattr(type(keys), "__arrow_c_array__", None) is None:
-            raise ArrowValuesError(
-                f"send_arrow() takes keys as an Arrow array (__arrow_c_array__), not a "
-                f"{type(keys).__name__}"
-            )
-        status, index, format_, key_list = arrow.read_values(*self._arrow_capsules(keys))
-        if key_list is not None:
-            return key_list
-        raise ArrowValuesError(
-            f"send_arrow() cannot route by these keys: {_refusal(status, index, format_)}",
-            format=format_,
-            index=index if status in (ARROW_NULL, ARROW_OFFSETS, ARROW_SHAPE) else None,
-        )
-
-    @staticmethod
-    def _arrow_capsules(values: Any) -> tuple[object, object]:
-        capsules = values.__arrow_c_array__()
-        if not (isinstance(capsules, tuple) and len(capsules) == 2):
-            raise ArrowValuesError(
-                f"{type(values).__name__}.__arrow_c_array__() did not return "
-                "(schema capsule, array capsule)"
-            )
-        return capsules
+    def _arrow_sets(self) -> ArrowSets:
+        """How :meth:`send_arrow` cuts and encodes an array: as this producer's batches."""
+        return ArrowSets(self.batch_size, self._accumulator.batch_bytes, self.max_message_size)
 
     def _queue_sets(
         self,
@@ -897,120 +873,5 @@ class Producer:
         if not futures:
             whole.set_result([])
             return whole
-        _gather_sets(whole, futures)
+        gather_sets(whole, futures)
         return whole
-
-    def _encode_arrow(self, values: Any) -> list[tuple[int, int, bytes]]:
-        """The message sets of an Arrow array or stream (:meth:`send_arrow`), or its
-        typed refusal."""
-        kind = type(values)
-        if getattr(kind, "__arrow_c_array__", None) is not None:
-            return self._encode_arrays(kind, [self._arrow_capsules(values)])
-        if getattr(kind, "__arrow_c_stream__", None) is not None:
-            from .. import arrow  # ctypes, for streams only
-
-            arrays = arrow.stream_arrays(values.__arrow_c_stream__())
-            try:
-                return self._encode_arrays(kind, arrays)
-            except arrow.StreamError as exc:
-                raise ArrowValuesError(
-                    f"send_arrow() cannot read this {kind.__name__}: {exc}"
-                ) from exc
-            finally:
-                arrays.close()
-        raise ArrowValuesError(
-            f"send_arrow() takes an Arrow array (an object with __arrow_c_array__ or "
-            f"__arrow_c_stream__), not a {kind.__name__}"
-        )
-
-    def _encode_arrays(
-        self, kind: type, arrays: Iterable[Any], rows: array[int] | None = None
-    ) -> list[tuple[int, int, bytes]]:
-        """The message sets of (schema, array) capsule pairs, in order (of the ``rows``
-        selected, if given); a refusal names the value by its index in all of them."""
-        sets: list[tuple[int, int, bytes]] = []
-        before = 0  # values in the arrays before this one
-        for schema, array_capsule in arrays:
-            status, index, size, format_, chunks = _accel.impl.encode_arrow(
-                schema,
-                array_capsule,
-                1,
-                0,
-                self.batch_size,
-                self._accumulator.batch_bytes,
-                self.max_message_size,
-                rows,
-            )
-            if chunks is not None:
-                sets += chunks
-                before += sum(chunk[0] for chunk in chunks)
-                continue
-            index += before
-            if status == ARROW_TOO_LARGE:
-                raise MessageTooLargeError(
-                    f"the value at index {index} ({size} bytes) exceeds max.message.size "
-                    f"{self.max_message_size}; a 0.7 broker would drop it silently",
-                    size=size,
-                    index=index,
-                )
-            raise ArrowValuesError(
-                f"send_arrow() cannot send this {kind.__name__}: "
-                f"{_refusal(status, index, format_)}",
-                format=format_,
-                index=index if status in (ARROW_NULL, ARROW_OFFSETS) else None,
-            )
-        return sets
-
-
-# Statuses of the codec's encode_arrow (protocol/_speedups.c, aiokafka07/arrow.py).
-ARROW_RELEASED, ARROW_FORMAT, ARROW_SHAPE, ARROW_NULL, ARROW_OFFSETS, ARROW_TOO_LARGE = range(1, 7)
-
-
-def _refusal(status: int, index: int, format_: str | None) -> str:
-    """Why ``encode_arrow`` refused an array, in words."""
-    return {
-        ARROW_RELEASED: "its capsules are not an arrow_schema and an arrow_array, or were released",
-        ARROW_FORMAT: f"its Arrow type (format {format_!r}) is not binary or string (z, u, Z, U)",
-        ARROW_SHAPE: f"its buffers are not those of a binary or string array (index {index})",
-        ARROW_NULL: f"the value at index {index} is null (a 0.7 message has no null)",
-        ARROW_OFFSETS: f"its offsets decrease or are negative at index {index}",
-    }.get(status, f"status {status}")
-
-
-def _gather_sets(
-    whole: asyncio.Future[list[ProduceResult]], futures: list[asyncio.Future[ProduceResult]]
-) -> None:
-    """Resolve ``whole`` once every message set's future ended: their results in order,
-    or the first failure (noting how many sets were delivered). Marked retrieved when it
-    fails, as a batch's future is: :meth:`Producer.close` reports the failure."""
-    left = len(futures)
-
-    def ended(_: asyncio.Future[ProduceResult]) -> None:
-        nonlocal left
-        left -= 1
-        if left or whole.done():
-            return
-        failed: list[BaseException] = []
-        for future in futures:
-            error = (
-                asyncio.CancelledError("a message set's future was cancelled")
-                if future.cancelled()
-                else future.exception()
-            )
-            if error is not None:
-                failed.append(error)
-        if not failed:
-            whole.set_result([f.result() for f in futures])
-            return
-        error = failed[0]
-        add_note = getattr(error, "add_note", None)
-        if add_note is not None and len(futures) > 1:
-            add_note(
-                f"{len(futures) - len(failed)} of the array's {len(futures)} message sets "
-                "were delivered"
-            )
-        whole.set_exception(error)
-        mark_retrieved(whole)
-
-    for future in futures:
-        future.add_done_callback(ended)
