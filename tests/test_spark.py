@@ -507,8 +507,10 @@ async def test_offset_seq_makes_rows_unique_and_cuts_inside_a_segment_change_not
         runtime = WorkerRuntime()
         try:
             first = whole[0][2]  # the end of 0-0's first entry
+            # A 30 s request timeout (a 5 ms one, left from when it was seconds, timed out
+            # under load before the cut was reached).
             cut = OffsetRange(zookeeper, "mixed", 0, 0, broker.host, broker.port, 0, first + 5,
-                              1 << 20, 5.0, True)  # fmt: skip
+                              1 << 20, 30_000, True)  # fmt: skip
             with pytest.raises(RangeEndError, match=f"{first + 5} is not a message boundary"):
                 await asyncio.to_thread(
                     lambda: list(runtime.iterate(read_range(cut, runtime, SCHEMA)))
