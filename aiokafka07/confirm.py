@@ -436,7 +436,7 @@ class Confirmer:
             track.poll = None
         self._probe(track, base=False)
 
-    def _probe(self, track: _Track, *, base: bool) -> _Probe:
+    def _probe(self, track: _Track, *, base: bool) -> None:
         """Queue OFFSETS (latest) for every partition of ``track``; the answers are read
         together as one end, seen after the produces queued so far. A reading (not the
         base) is the track's ``poll`` until its answers are read."""
@@ -453,7 +453,6 @@ class Confirmer:
                 track.poll = probe
         else:  # a topic without partitions: nothing to add up
             self._seen(probe)
-        return probe
 
     # -- answers -------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from .errors import (
 from .fetch_size import FetchSizer, decompression_bound
 from .pool import ConnectionPool
 from .protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
-from .protocol.columns import MessageColumns, decode_columns_into
+from .protocol.columns import MessageColumns, decode_columns
 from .protocol.messages import BytesLike
 from .protocol.requests import validate_topic
 from .record_batch import FetchedColumns, RecordBatch
@@ -252,11 +252,7 @@ class SimpleConsumer:
         self, topic: str, partition: int, offset: int, message_set: BytesLike
     ) -> tuple[MessageColumns, int]:
         """The messages of a fetched set as column buffers (:meth:`record_batches`)."""
-        columns = MessageColumns()
-        valid = decode_columns_into(
-            columns, message_set, offset, max_decompressed=self.max_decompressed_bytes
-        )
-        return columns, valid
+        return decode_columns(message_set, offset, max_decompressed=self.max_decompressed_bytes)
 
     # -- iteration ----------------------------------------------------------------------
 

@@ -120,12 +120,12 @@ async def test_produces_queued_while_a_reading_is_under_way_share_the_next(
     confirmed, at an end that shows every byte up to it, and the log holds them all."""
     conn = await connect(cluster)
     batches = [[b"shared %d" % i] for i in range(50)]
-    frames = [encode_produce_request("shared", 0, encode_message_set(b)) for b in batches]
+    frames = [encode_produce_request("coalesced", 0, encode_message_set(b)) for b in batches]
     futures = [conn.submit_produce(frame, confirm=True) for frame in frames]
     ends = await bounded(asyncio.gather(*futures))
     own = list(itertools.accumulate(len(encode_message_set(b)) for b in batches))
     assert all(end >= mine and end in own for end, mine in zip(ends, own, strict=True)), ends
-    response = await conn.fetch("shared", 0, 0, 1 << 20)
+    response = await conn.fetch("coalesced", 0, 0, 1 << 20)
     assert values(response, 0) == [b[0] for b in batches]
     # 50 produces, the base reading in front of the first, a reading behind it, one
     # behind the 49 queued meanwhile, and the polls while a flush is awaited (a probe

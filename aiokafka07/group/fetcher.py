@@ -41,7 +41,7 @@ from ..errors import (
 from ..fetch_size import FetchSizer
 from ..pool import ConnectionPool
 from ..protocol import EARLIEST, LATEST, FetchRequest, FetchResponse, decode_messages_into
-from ..protocol.columns import MessageColumns, decode_columns_into
+from ..protocol.columns import MessageColumns, decode_columns
 from ..protocol.messages import BytesLike
 from ..record_batch import FetchedColumns
 from ..records import ConsumerRecord, TopicPartition
@@ -332,8 +332,7 @@ class Fetcher:
         columns when batches were asked for (:meth:`_columnar`), else as records."""
         max_decompressed = self.settings.max_decompressed_bytes
         if self._columnar():
-            columns = MessageColumns()
-            valid = decode_columns_into(columns, data, offset, max_decompressed=max_decompressed)
+            columns, valid = decode_columns(data, offset, max_decompressed=max_decompressed)
             return FetchedColumns(tp.topic, tp.broker_id, tp.partition, columns, offset), valid
         records: list[ConsumerRecord] = []
         valid = decode_messages_into(

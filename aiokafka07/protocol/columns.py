@@ -18,7 +18,7 @@ from . import _accel
 from .compression import DEFAULT_MAX_DECOMPRESSED
 from .messages import BytesLike, decode_into
 
-__all__ = ["MessageColumns", "decode_columns_into"]
+__all__ = ["MessageColumns", "decode_columns", "decode_columns_into"]
 
 _ZERO = struct.pack("=i", 0)
 _OFFSET = struct.Struct("=q")
@@ -75,3 +75,14 @@ def decode_columns_into(
     byte count. Raises as :func:`~aiokafka07.protocol.decode_message_set` does, the error's
     ``decoded`` holding ``columns`` with the messages before the bad entry."""
     return decode_into(columns, buf, base_offset, False, max_decompressed)
+
+
+def decode_columns(
+    buf: BytesLike, base_offset: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+) -> tuple[MessageColumns, int]:
+    """The messages of the set at ``base_offset`` in new columns, and the valid byte count
+    (:func:`decode_columns_into`): what a consumer decoding fetches into columns does."""
+    columns = MessageColumns()
+    return columns, decode_columns_into(
+        columns, buf, base_offset, max_decompressed=max_decompressed
+    )
