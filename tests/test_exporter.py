@@ -280,8 +280,9 @@ async def test_survives_a_broker_killed_and_restarted(tmp_path: Path) -> None:
 
 async def test_survives_zookeeper_stopped_and_started(tmp_path: Path) -> None:
     """ZooKeeper stopped: the last values are served, marked stale; started again: fresh
-    values (stale 0, a new refresh) within 2 s of its return. The refresh interval is a
-    minute: the return itself must wake the refresher."""
+    values (stale 0, a new refresh) within 10 s of its return. The refresh interval is a
+    minute: the return itself must wake the refresher (about half a second when quiet:
+    the reconnection backoff, then a refresh; 2.1 s was seen in a loaded CI run)."""
     async with (
         own_zookeeper() as zk_server,
         broker_processes(tmp_path, zk_server.connect_string),
@@ -312,7 +313,9 @@ async def test_survives_zookeeper_stopped_and_started(tmp_path: Path) -> None:
             )
 
         await eventually(fresh, 10)
-        assert time.monotonic() - back < 2.0
+        waited = time.monotonic() - back
+        print(f"fresh values {waited:.2f} s after ZooKeeper's return")
+        assert waited < 10.0
 
 
 async def _equals(server: ExporterServer, expected: float, name: str, **labels: str) -> bool:

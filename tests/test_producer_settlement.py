@@ -234,10 +234,18 @@ async def test_a_cut_connection_to_a_live_broker_never_calls_absent_what_may_be_
             )
             await producer.start()
             sent = values(30_000, "cut" + policy)
-            futures = [await producer.send("cut", value) for value in sent[:25_000]]
-            # Confirmed up to the second count-based flush (every 10,000 messages); the
-            # rest, processed, waits for the timer when the path is cut; then more.
+            # Confirmed by the second count-based flush (every 10,000 messages), before
+            # more is written: a flush running late would cover what came meanwhile.
+            futures = [await producer.send("cut", value) for value in sent[:20_000]]
             await eventually(lambda: producer.metrics.messages_sent >= 20_000, 10)
+            # Then 5,000 written and proven processed (their places freed: a reading
+            # of the log end behind them was answered), which wait for the timer when
+            # the path is cut; then more.
+            futures += [await producer.send("cut", value) for value in sent[20_000:25_000]]
+            sender = producer._sender
+            await eventually(
+                lambda: producer.metrics.requests_sent >= 25 and not sender._in_flight[0], 10
+            )
             futures += [await producer.send("cut", value) for value in sent[25_000:]]
             confirmed_at_cut = {j for j, f in enumerate(futures) if f.done()}
             proxy.cut()
