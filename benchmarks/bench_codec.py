@@ -758,7 +758,7 @@ def render(r: Results) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def run(budget: float, reps: int) -> Results:
+def run(budget: float, reps: int, row_sizes: Sequence[int] = ROW_SIZES) -> Results:
     load_before = load()
     payloads = make_payloads(MESSAGES)
     _check(all(len(p) == PAYLOAD_SIZE for p in payloads), "payload size")
@@ -779,9 +779,9 @@ def run(budget: float, reps: int) -> Results:
         for name, operation in codec_ops.items():
             operations[f"{codec}/{name}"] = operation
     row_bytes: dict[tuple[str, int], int] = {}
-    row_payloads = make_payloads(max(ROW_SIZES))
+    row_payloads = make_payloads(max(row_sizes))
     for codec in ROW_CODECS:
-        for size in ROW_SIZES:
+        for size in row_sizes:
             ops, row_bytes[codec, size] = row_operations(
                 codec, row_payloads[:size], isinstance(peer, Peer)
             )
@@ -818,11 +818,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"about {QUICK_SECONDS:g} s per operation instead of {SECONDS:g} s (smoke test)",
     )
     parser.add_argument("--reps", type=int, default=REPS, help="interleaved repetitions")
+    parser.add_argument(
+        "--rows",
+        default=",".join(map(str, ROW_SIZES)),
+        help="the message counts of the per-codec rows, comma-separated (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
-    results = run(QUICK_SECONDS if args.quick else SECONDS, args.reps)
+    try:
+        row_sizes = tuple(int(size) for size in args.rows.split(","))
+    except ValueError:
+        parser.error(f"--rows takes message counts separated by commas, not {args.rows!r}")
+    if not row_sizes or min(row_sizes) < 1:
+        parser.error("--rows needs at least one count, each at least 1")
+    results = run(QUICK_SECONDS if args.quick else SECONDS, args.reps, row_sizes)
     if args.json:
         print(json.dumps(results.as_dict(), indent=2))
     else:

@@ -18,16 +18,13 @@ in ``tests/test_readme.py``.
 from __future__ import annotations
 
 import ast
-import email.parser
 import html
 import html.parser
 import inspect
 import re
 import subprocess
-import sys
 import typing
 import urllib.parse
-import zipfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -511,63 +508,3 @@ def test_the_table_check_catches_a_stale_row(cell: str, error: str) -> None:
     checker = check_table_cell("row", cell)
     assert checker.errors, cell
     assert error in checker.errors[0]
-
-
-# -- package metadata ----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def metadata(tmp_path_factory: pytest.TempPathFactory) -> email.message.Message:
-    """The METADATA of a wheel built from this checkout, as an index reads it."""
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    (wheel,) = out.glob("aiokafka07-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        return email.parser.Parser().parsestr(archive.read(name).decode())
-
-
-def test_wheel_metadata_has_urls_classifiers_and_keywords(
-    metadata: email.message.Message,
-) -> None:
-    urls = dict(entry.split(", ", 1) for entry in metadata.get_all("Project-URL"))
-    assert set(urls) == {"Documentation", "Source", "Changelog", "Issues"}
-    for url in urls.values():
-        # Relative to the repository: each names a file or folder of it.
-        assert (ROOT / url.partition("#")[0]).exists(), url
-
-    classifiers = metadata.get_all("Classifier")
-    # requires-python admits exactly the versions the classifiers name (each tested in
-    # CI: noxfile.py's SUPPORTED), from the lowest to the highest.
-    # (The wheel's field lists the specifiers in any order.)
-    specifiers = sorted(metadata["Requires-Python"].split(","), key=lambda x: x[0] != ">")
-    bounds = re.fullmatch(r">=3\.(\d+)(?:,<3\.(\d+))?", ",".join(specifiers))
-    assert bounds is not None, metadata["Requires-Python"]
-    versions = sorted(
-        int(c.rpartition(".")[2])
-        for c in classifiers
-        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
-    )
-    assert versions[0] == int(bounds[1])
-    assert versions == list(range(versions[0], versions[-1] + 1))
-    if bounds[2] is not None:
-        assert int(bounds[2]) == versions[-1] + 1
-    noxfile = (ROOT / "noxfile.py").read_text()
-    tested = re.search(r"^SUPPORTED = \((.*)\)$", noxfile, re.MULTILINE)
-    assert tested is not None
-    assert [int(v.strip(' "').rpartition(".")[2]) for v in tested[1].split(",")] == versions
-    for prefix in ("Development Status :: ", "Operating System :: ", "Topic :: "):
-        assert any(c.startswith(prefix) for c in classifiers), prefix
-    assert "kafka" in metadata["Keywords"].split(",")
-    assert metadata["Author"] or metadata["Author-email"]
-    assert metadata["Maintainer"] or metadata["Maintainer-email"]
-    # The docs extra, which the test extra includes, so the suite builds the site.
-    assert "docs" in metadata.get_all("Provides-Extra")
-    requirements = metadata.get_all("Requires-Dist")
-    assert any(r.startswith("sphinx") and 'extra == "docs"' in r for r in requirements)
-    assert any("aiokafka07[docs]" in r and 'extra == "test"' in r for r in requirements)

@@ -19,6 +19,7 @@ import email.parser
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -220,6 +221,51 @@ def test_the_sdist_installs_without_a_compiler_on_the_pure_twins(
         "the producer's hot path runs on its pure-Python twin",
     ):
         assert line in output, output
+
+
+def test_wheel_metadata_has_urls_classifiers_and_keywords(dist: Path) -> None:
+    """The wheel's METADATA, as an index reads it: project URLs naming files of the
+    repository, classifiers matching requires-python and the Pythons CI tests, keywords,
+    author, maintainer, and the docs extra the test extra includes."""
+    with zipfile.ZipFile(only(dist, "*.whl")) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = email.parser.Parser().parsestr(archive.read(name).decode())
+    urls = dict(entry.split(", ", 1) for entry in metadata.get_all("Project-URL"))
+    assert set(urls) == {"Documentation", "Source", "Changelog", "Issues"}
+    for url in urls.values():
+        # Relative to the repository: each names a file or folder of it.
+        assert (ROOT / url.partition("#")[0]).exists(), url
+
+    classifiers = metadata.get_all("Classifier")
+    # requires-python admits exactly the versions the classifiers name (each tested in
+    # CI: noxfile.py's SUPPORTED), from the lowest to the highest.
+    # (The wheel's field lists the specifiers in any order.)
+    specifiers = sorted(metadata["Requires-Python"].split(","), key=lambda x: x[0] != ">")
+    bounds = re.fullmatch(r">=3\.(\d+)(?:,<3\.(\d+))?", ",".join(specifiers))
+    assert bounds is not None, metadata["Requires-Python"]
+    versions = sorted(
+        int(c.rpartition(".")[2])
+        for c in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    )
+    assert versions[0] == int(bounds[1])
+    assert versions == list(range(versions[0], versions[-1] + 1))
+    if bounds[2] is not None:
+        assert int(bounds[2]) == versions[-1] + 1
+    noxfile = (ROOT / "noxfile.py").read_text()
+    tested = re.search(r"^SUPPORTED = \((.*)\)$", noxfile, re.MULTILINE)
+    assert tested is not None
+    assert [int(v.strip(' "').rpartition(".")[2]) for v in tested[1].split(",")] == versions
+    for prefix in ("Development Status :: ", "Operating System :: ", "Topic :: "):
+        assert any(c.startswith(prefix) for c in classifiers), prefix
+    assert "kafka" in metadata["Keywords"].split(",")
+    assert metadata["Author"] or metadata["Author-email"]
+    assert metadata["Maintainer"] or metadata["Maintainer-email"]
+    # The docs extra, which the test extra includes, so the suite builds the site.
+    assert "docs" in metadata.get_all("Provides-Extra")
+    requirements = metadata.get_all("Requires-Dist")
+    assert any(r.startswith("sphinx") and 'extra == "docs"' in r for r in requirements)
+    assert any("aiokafka07[docs]" in r and 'extra == "test"' in r for r in requirements)
 
 
 def test_the_release_makes_the_project_urls_absolute() -> None:

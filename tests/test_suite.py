@@ -38,6 +38,7 @@ def test_module_fixtures_are_set_up_once_and_packaging_runs_on_one_worker(
     (tmp_path / "group_recorder.py").write_text(RECORDER)
     modules = [
         "tests/test_docs.py", "tests/test_readme.py", "tests/test_units.py", "tests/test_demo.py",
+        "tests/test_release.py",
     ]  # fmt: skip
     record = tmp_path / "ids"
     result = subprocess.run(
@@ -58,9 +59,9 @@ def test_module_fixtures_are_set_up_once_and_packaging_runs_on_one_worker(
     site = [n for n in groups if "test_site_builds_without_warnings" in n]
     assert site
     assert all(groups[n] == "test_docs" for n in site)
-    wheel = [n for n in groups if n.startswith("tests/test_docs.py::test_wheel_metadata")]
-    assert wheel
-    assert all(groups[n] == "packaging" for n in wheel), wheel
+    release = [n for n in groups if n.startswith("tests/test_release.py")]
+    assert any("test_wheel_metadata" in n for n in release)
+    assert all(groups[n] == "packaging" for n in release), release
     blocks = [n for n in groups if n.startswith("tests/test_readme.py") and groups[n] != "-"]
     spark_blocks = [n for n in blocks if "spark" in n]
     assert spark_blocks  # Spark starts in them: on the worker of the slow Spark tests
