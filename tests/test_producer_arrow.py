@@ -73,6 +73,7 @@ def test_encode_arrow_is_encode_message_set_of_the_values_cut_as_batches(
     max_count: int,
     max_bytes: int,
 ) -> None:
+    gc.collect()  # what earlier tests left is released first
     exported = arrow.exported()
     source = ArrowValues(values, format, skipped=skipped)
     schema, array = source.__arrow_c_array__()
@@ -104,6 +105,8 @@ def test_encode_arrow_refuses_before_encoding(impl: ModuleType) -> None:
             *source.__arrow_c_array__(), 1, 0, 10, 1000, max_message
         )
         return result
+
+    gc.collect()  # what earlier tests left is released first
 
     exported = arrow.exported()
     # A null (a 0.7 message has none), at its index from the slice's start.
@@ -241,6 +244,7 @@ async def test_send_arrow_takes_streams(cluster: KafkaCluster, impl: ModuleType)
     order; a refusal names the value by its index across the arrays; a stream of structs
     (a RecordBatchReader's) is refused by its format. Every stream is released."""
     pa = pytest.importorskip("pyarrow")
+    gc.collect()  # what earlier tests left is released first
     exported = arrow.exported()
     chunked = pa.chunked_array([pa.array([b"a", b"bb"]), pa.array([], pa.binary()), [b"ccc"]])
     assert not hasattr(chunked, "__arrow_c_array__")

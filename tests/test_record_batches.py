@@ -445,6 +445,7 @@ def test_the_capsules_read_through_ctypes_point_at_the_batch_buffers(impl: Modul
     """The PyCapsule interface without pyarrow, on both implementations (C, ctypes): the
     structs as the C data interface defines them, read with ctypes; the release callbacks
     let go of what they hold (the batch, counted by its references)."""
+    gc.collect()  # what earlier tests left is released first
     baseline = arrow.exported()
     columns = sample_columns()
     batch = columns.batch(2, 7)
@@ -502,6 +503,7 @@ def test_the_capsules_read_through_ctypes_point_at_the_batch_buffers(impl: Modul
 
 def test_pyarrow_takes_a_batch_without_a_copy(impl: ModuleType) -> None:
     pa = pytest.importorskip("pyarrow")
+    gc.collect()  # what earlier tests left is released first
     baseline = arrow.exported()
     columns = sample_columns()
     batch = columns.batch(1, 8)
@@ -567,6 +569,7 @@ def test_the_stream_capsule_hands_out_the_batch_once_then_ends(impl: ModuleType)
     """``__arrow_c_stream__`` read through ctypes, on both implementations: the schema, one
     array pointing at the batch's buffers, then the end (a released array); releasing
     lets go of everything."""
+    gc.collect()  # what earlier tests left is released first
     baseline = arrow.exported()
     columns = sample_columns()
     batch = columns.batch(1, 4)
