@@ -35,7 +35,12 @@ from aiokafka07.protocol import LATEST
 from aiokafka07.records import TopicPartition
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.testing.process import start_broker_process, stop_broker_process
-from aiokafka07.znodes import GroupRegistry, broker_path
+from aiokafka07.znodes import (
+    GroupRegistry,
+    broker_path,
+    read_topic_registrations,
+    topic_exists,
+)
 from aiokafka07.zookeeper import ZooKeeper
 
 from .wire import eventually
@@ -99,6 +104,20 @@ async def set_broker(mock: asyncio.subprocess.Process, state: str, broker_id: in
 async def start_bridge(
     zookeeper: str, bootstrap: str, topics: list[str], *, keyless: bool = False
 ) -> asyncio.subprocess.Process:
+    """The bridge process, once every topic is registered by a broker (a bridge started
+    while none holds a topic refuses to start: brokers re-register after a session of
+    theirs expired, which a loaded machine can cause)."""
+    async with ZooKeeper(zookeeper) as zk:
+
+        async def registered() -> bool:
+            for topic in topics:
+                if not await topic_exists(zk, topic):
+                    return False
+                if not await read_topic_registrations(zk, topic):
+                    return False
+            return True
+
+        await eventually(registered, 60)
     return await asyncio.create_subprocess_exec(
         sys.executable,
         str(BRIDGE),
@@ -993,6 +1012,26 @@ async def test_metrics_endpoint_through_a_sigkill_a_restart_and_a_stopped_broker
         for process_, _ in brokers.values():
             process_.send_signal(signal.SIGCONT)
             await stop_broker_process(process_)
+
+
+async def test_a_topic_no_live_broker_holds_fails_the_start_naming_it(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
+) -> None:
+    """The broker-partitions are read once, at the start: a topic no live broker holds
+    (its brokers down, or their sessions expired and not registered again yet) fails the
+    run with the topic and the connect string, where it copied nothing for ever (seen in
+    the suite: a bridge started while the brokers re-registered after their ZooKeeper
+    sessions expired said "copying ... from 0 broker-partitions" and stayed so)."""
+    from aiokafka07.errors import BridgeError
+
+    async with kafka_cluster(1) as _, mock_target(["present", "ghost"]) as bootstrap:
+        await produce(zookeeper, ["present"], 10, keys=3)
+        bridge = in_process_bridge(zookeeper, bootstrap, ["present", "ghost"], "ghost")
+        with pytest.raises(BridgeError, match="no live broker holds ghost in ZooKeeper") as e:
+            await asyncio.wait_for(bridge.run(), 60)
+        assert repr(zookeeper) in str(e.value)
+        assert "present" not in str(e.value)
+        assert bridge.metrics.phase == "failed"
 
 
 async def test_a_failed_transaction_is_aborted_and_counted(

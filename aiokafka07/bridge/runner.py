@@ -21,6 +21,8 @@ from ..records import TopicPartition
 from ..supervisor import Supervisor
 from ..timeouts import wait_for
 from ..validation import check_int, check_number, check_optional_int
+from ..znodes import read_topic_registrations, topic_exists
+from ..zookeeper import ZooKeeper
 from .mapping import KeyFunction
 from .mapping import Mapping as PartitionMapping
 from .metrics import BridgeMetrics, LogEnds, PartitionLag, Phase, TopicCounts
@@ -205,15 +207,26 @@ class Bridge:
         supervisor = Supervisor(f"bridge-{self.name}", log)
         ended: Phase = "failed"
         try:
-            async with ZooKeeperCluster(self.zookeeper) as cluster:
+            cluster = ZooKeeperCluster(self.zookeeper)
+            async with cluster:
                 topics = self._chosen(cluster.topics())
                 if not topics:
                     raise BridgeError("no 0.7 topic matches")
                 for topic in topics:
                     stats.topics.setdefault(topic, _TopicCounts())
-                sources = {
-                    t: [TopicPartition(t, b, p) for b, p in cluster.partitions(t)] for t in topics
-                }
+                # The broker-partitions are taken once, here, as the brokers registered
+                # them (not the producers' partition 0 of every broker for a topic none
+                # registered): a topic with none would be "copied" from nothing for as
+                # long as the run lasts.
+                sources = {t: await _registered(cluster.zookeeper, t) for t in topics}
+                empty = [t for t in topics if not sources[t]]
+                if empty:
+                    raise BridgeError(
+                        f"no live broker holds {', '.join(empty)} in ZooKeeper at "
+                        f"{self.zookeeper!r}: their brokers are down or not registered yet "
+                        "(their registrations are ephemeral, gone with their sessions); "
+                        "start the bridge once they are up"
+                    )
                 brokers = cluster.brokers
                 async with TargetWriter(
                     self.bootstrap_servers,
@@ -460,3 +473,16 @@ class Bridge:
         if len(batch) > self.batch_size:
             batch, self._carry = batch[: self.batch_size], batch[self.batch_size :]
         return batch
+
+
+async def _registered(zookeeper: ZooKeeper, topic: str) -> list[TopicPartition]:
+    """The broker-partitions of ``topic`` its brokers registered (ZOOKEEPER §2), sorted;
+    none if no broker registered it or every registration left with its broker."""
+    if not await topic_exists(zookeeper, topic):
+        return []
+    registered = await read_topic_registrations(zookeeper, topic)
+    return [
+        TopicPartition(topic, broker_id, partition)
+        for broker_id, count in sorted(registered.items())
+        for partition in range(count)
+    ]
