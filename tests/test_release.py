@@ -38,7 +38,8 @@ CHECK = ROOT / ".ci" / "check_install.py"
 #: leaves nothing behind in the checkout (setuptools writes its egg-info into the tree).
 NOT_SOURCES = shutil.ignore_patterns(
     ".git", "*.so", "__pycache__", "*.egg-info", "build", "dist", "_build", ".venv*",
-    ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "tests",
+    ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", ".bytecode_cache",
+    "tests",
 )  # fmt: skip
 
 
