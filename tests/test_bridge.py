@@ -28,6 +28,7 @@ import pytest
 from aiokafka07 import SimpleConsumer
 from aiokafka07.bridge import Bridge, BridgeMetrics, key_before
 from aiokafka07.bridge.collector import METRICS as BRIDGE_METRICS
+from aiokafka07.bridge.runner import _registered  # what the bridge reads at its start
 from aiokafka07.connection import BrokerAddress
 from aiokafka07.group import Consumer
 from aiokafka07.producer import Producer
@@ -35,12 +36,7 @@ from aiokafka07.protocol import LATEST
 from aiokafka07.records import TopicPartition
 from aiokafka07.testing import KafkaCluster
 from aiokafka07.testing.process import start_broker_process, stop_broker_process
-from aiokafka07.znodes import (
-    GroupRegistry,
-    broker_path,
-    read_topic_registrations,
-    topic_exists,
-)
+from aiokafka07.znodes import GroupRegistry, broker_path
 from aiokafka07.zookeeper import ZooKeeper
 
 from .wire import eventually
@@ -110,12 +106,7 @@ async def start_bridge(
     async with ZooKeeper(zookeeper) as zk:
 
         async def registered() -> bool:
-            for topic in topics:
-                if not await topic_exists(zk, topic):
-                    return False
-                if not await read_topic_registrations(zk, topic):
-                    return False
-            return True
+            return all([await _registered(zk, topic) for topic in topics])
 
         await eventually(registered, 60)
     return await asyncio.create_subprocess_exec(
