@@ -21,6 +21,19 @@ timer when fewer than 10,000 follow them; the default count, 1,005,000, leaves 5
 so); and this process's CPU time per message. Printed: each figure's median and spread,
 and the ratio confirm / ``confirm=False`` per round.
 
+Against the shipped broker each of these runs starts after a random pause within the
+flusher's period (seeded), as a user's burst starts at any moment of it: run right after
+a confirming run, whose end the flusher's tick set, every tail would be about 2 s.
+
+**The confirming floor** runs in the same rounds (the three in a rotating order): a
+minimal asyncio client with the same ``await send()`` shape, encoding frames of 1000
+inline, whose futures resolve once OFFSETS shows the partition's flushed end grown by
+their bytes (a probe behind each frame, then every 10 ms). 0.7 has no flush request and
+shows only flushed bytes, so this is the least end-to-end time any client that confirms
+can take; confirm's end-to-end rate and CPU are also given over it. Where the tail is
+the broker's flush timer, confirm / ``confirm=False`` end to end measures that timer, and
+confirm / confirming floor what the producer adds to it.
+
 **CPU per message against floors.** ``--messages`` messages of 100 B (40 random bytes,
 60 filler) per run, batches of 1000. Four clients send the same messages:
 
@@ -97,7 +110,7 @@ import socket
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from common import add_loop_option, on_each_loop, ratios, spread, start_broker
@@ -106,6 +119,7 @@ from aiokafka07 import SimpleConsumer
 from aiokafka07.producer import Producer
 from aiokafka07.protocol import (
     FrameSplitter,
+    decode_offsets_response,
     encode_message_set,
     encode_multiproduce_request,
     encode_offsets_request,
@@ -118,6 +132,9 @@ BATCH = 1000
 CODECS = ("none", "gzip", "snappy")
 #: How the brokers flush (aiokafka07.testing.flush): 0.7.2's shipped settings first.
 FLUSHES = tuple(FLUSH)
+#: The defaults row's three clients: the producer with confirm and without, and the
+#: confirming floor (interleaved, in a rotating order).
+DEFAULTS_SIDES = ("confirm", "no_confirm", "floor")
 VARIANTS = ("floor", "batch_floor", "enc_floor", "enc_batch_floor", "send", "send_batch")
 #: Measured where pyarrow is installed (its arrays are the input).
 ARROW_VARIANT = "send_arrow"
@@ -231,6 +248,109 @@ class EncodingFloorClient(FloorClient):
         return floor_frame(self.topic, self.payloads[start : start + BATCH], self.codec)
 
 
+class ConfirmingFloorClient(EncodingFloorClient):
+    """The defaults row's floor with confirm: the encoding floor's ``await send()`` shape
+    (a future per message, frames of ``BATCH`` encoded inline, uncompressed as the
+    producer's default), whose futures resolve only once the partition's flushed end has
+    grown by every byte written up to their frame, read the only way 0.7 shows it
+    (OFFSETS, latest: the flushed end). One probe follows each frame; while frames wait
+    and no probe is under way, the end is read again every 10 ms. The least any client
+    that confirms spends end to end: the broker's flush, on its count or its timer, is
+    waited for here as by the producer."""
+
+    def __init__(self, topic: str, payloads: list[bytes], probe: bytes) -> None:
+        super().__init__(topic, "none", payloads, probe, True)
+        self.base: int | None = None
+        self.based: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.written = 0
+        #: (bytes written up to and including the frame, its futures), oldest first.
+        self.claims: collections.deque[tuple[int, list[asyncio.Future[None]]]] = collections.deque()
+        self.probes = 0
+        self.poll: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.read_end()
+
+    def read_end(self) -> None:
+        self.poll = None
+        assert self.transport is not None
+        self.transport.write(self.probe)
+        self.probes += 1
+
+    def data_received(self, data: bytes) -> None:
+        for frame in self.splitter.feed(data):
+            self.probes -= 1
+            answer = decode_offsets_response(frame)
+            if answer.error_code:
+                raise RuntimeError(f"OFFSETS answered error {answer.error_code}")
+            end = max(answer.offsets, default=0)
+            if self.base is None:
+                self.base = end
+                self.based.set_result(None)
+                continue
+            claims = self.claims
+            while claims and claims[0][0] <= end - self.base:
+                for future in claims.popleft()[1]:
+                    future.set_result(None)
+        if self.claims and not self.probes and self.poll is None:
+            self.poll = asyncio.get_running_loop().call_later(0.01, self.read_end)
+
+    def frame(self) -> bytes:
+        start = self.next * BATCH
+        self.next += 1
+        message_set = encode_message_set(self.payloads[start : start + BATCH])
+        self.written += len(message_set)
+        return encode_multiproduce_request([(self.topic, 0, message_set)])
+
+    async def write(self) -> None:
+        assert self.transport is not None
+        self.transport.write(self.frame())
+        pending, self.pending = self.pending, []
+        self.claims.append((self.written, pending))
+        self.transport.write(self.probe)
+        self.probes += 1
+        if self.resumed is not None:
+            await self.resumed
+        else:
+            await asyncio.sleep(0)
+
+
+async def run_confirming_floor(port: int, payloads: list[bytes]) -> dict[str, float]:
+    """The defaults row's confirming floor (:class:`ConfirmingFloorClient`): the same
+    figures as :func:`run_defaults`."""
+    topic = FLOOR_TOPIC
+    probe = encode_offsets_request(topic, 0, -1, 1)
+    loop = asyncio.get_running_loop()
+    transport, client = await loop.create_connection(
+        lambda: ConfirmingFloorClient(topic, payloads, probe), "127.0.0.1", port
+    )
+    try:
+        await asyncio.wait_for(client.based, 10)
+        cpu, started = time.process_time(), time.perf_counter()
+        last = None
+        for value in payloads:
+            last = await client.send(value)
+        if client.pending:
+            await client.write()
+        sent = time.perf_counter()
+        # Claims are met in the order written: the last future resolves last.
+        assert last is not None
+        await asyncio.wait_for(last, 60)
+        done = time.perf_counter()
+        cpu = time.process_time() - cpu
+    finally:
+        if client.poll is not None:
+            client.poll.cancel()
+        transport.close()
+    return {
+        "sending": sent - started,
+        "end_to_end": done - started,
+        "tail": done - sent,
+        "cpu": cpu,
+    }
+
+
 def encode_only(payloads: list[bytes], codec: str) -> float:
     """CPU seconds to encode the messages as the producer's message sets (what the floor
     gets for free): the share of a run that is the codec's, not the client's."""
@@ -243,6 +363,12 @@ def encode_only(payloads: list[bytes], codec: str) -> float:
 def defaults_topic(confirm: bool) -> str:
     """The topic of the defaults row's runs (written, then counted)."""
     return f"defaults-{'confirm' if confirm else 'fire'}"
+
+
+#: The shipped broker's flusher period, seconds (log.default.flush.scheduler.interval.ms).
+FLUSHER_PERIOD = int(FLUSH["shipped"]["log.default.flush.scheduler.interval.ms"]) / 1000
+#: The topic of the defaults row's confirming floor.
+FLOOR_TOPIC = "defaults-floor"
 
 
 def topic_of(variant: str, codec: str, confirm: bool) -> str:
@@ -404,7 +530,7 @@ async def count_messages(port: int, topic: str) -> int:
 
 
 async def run_defaults(
-    port: int, payloads: Iterable[bytes], count: int, confirm: bool
+    port: int, payloads: list[bytes], count: int, confirm: bool
 ) -> dict[str, float]:
     """``Producer(brokers=...)`` at its defaults (but ``confirm``): ``await send()`` in a
     loop, then ``flush()``. Wall seconds until the last send() returned and until
@@ -434,7 +560,9 @@ async def run(
     payloads = [rng.randbytes(40) + b"p" * (PAYLOAD - 40) for _ in range(messages)]
     groups = [(codec, confirm) for codec in CODECS for confirm in (True, False)]
     cpu: dict[tuple[str, str, bool, str], list[float]] = collections.defaultdict(list)
-    defaults: dict[tuple[str, bool], list[dict[str, float]]] = collections.defaultdict(list)
+    defaults: dict[tuple[str, str], list[dict[str, float]]] = collections.defaultdict(list)
+    phases = random.Random(7)
+    defaults_payloads = list(itertools.islice(itertools.cycle(payloads), defaults_messages))
     runners = dict(RUNNERS)
     variants = VARIANTS
     arrays = arrow_arrays(payloads)
@@ -463,11 +591,21 @@ async def run(
                             cpu[(flush, codec, confirm, variant)].append(seconds / messages)
                         encoding = encode_only(payloads, codec)
                         cpu[(flush, codec, confirm, "encode")].append(encoding / messages)
-                    for confirm in (True, False) if round_ % 2 == 0 else (False, True):
+                    sides = DEFAULTS_SIDES[round_ % 3 :] + DEFAULTS_SIDES[: round_ % 3]
+                    for side in sides:
                         gc.collect()
-                        cycle = itertools.islice(itertools.cycle(payloads), defaults_messages)
-                        figures = await run_defaults(port, cycle, defaults_messages, confirm)
-                        defaults[(flush, confirm)].append(figures)
+                        if flush == "shipped":
+                            # A burst starts at any moment of the broker's flusher period,
+                            # as a user's does, not just after the last run's tail ended
+                            # on its tick (which would make every tail about 2 s).
+                            await asyncio.sleep(phases.uniform(0, FLUSHER_PERIOD))
+                        if side == "floor":
+                            figures = await run_confirming_floor(port, defaults_payloads)
+                        else:
+                            figures = await run_defaults(
+                                port, defaults_payloads, defaults_messages, side == "confirm"
+                            )
+                        defaults[(flush, side)].append(figures)
             for flush in flushes:
                 port = ports[flush]
                 for codec, confirm in groups:
@@ -478,8 +616,7 @@ async def run(
                             raise RuntimeError(
                                 f"{flush}: {topic}: {found} of {rounds * messages} in the log"
                             )
-                for confirm in (True, False):
-                    topic = defaults_topic(confirm)
+                for topic in (defaults_topic(True), defaults_topic(False), FLOOR_TOPIC):
                     found = await count_messages(port, topic)
                     if found != rounds * defaults_messages:
                         raise RuntimeError(
@@ -510,13 +647,15 @@ async def run(
 
 
 def defaults_entry(
-    defaults: dict[tuple[str, bool], list[dict[str, float]]], flush: str, count: int
+    defaults: dict[tuple[str, str], list[dict[str, float]]], flush: str, count: int
 ) -> dict[str, Any]:
-    """The defaults rows of one broker: rates, tail and CPU with confirm and without, and
-    their ratios per round."""
-    on, off = defaults[(flush, True)], defaults[(flush, False)]
+    """The defaults rows of one broker: rates, tail and CPU with confirm and without and
+    of the confirming floor, and the ratios per round (confirm over ``confirm=False``,
+    and confirm over the confirming floor)."""
+    on, off = defaults[(flush, "confirm")], defaults[(flush, "no_confirm")]
+    floor = defaults[(flush, "floor")]
     entry: dict[str, Any] = {"flush": flush}
-    for name, runs in (("confirm", on), ("no_confirm", off)):
+    for name, runs in (("confirm", on), ("no_confirm", off), ("confirming_floor", floor)):
         entry[name] = {
             "sending_rate": spread([count / r["sending"] for r in runs]),
             "end_to_end_rate": spread([count / r["end_to_end"] for r in runs]),
@@ -530,6 +669,12 @@ def defaults_entry(
         [r["end_to_end"] for r in off], [r["end_to_end"] for r in on]
     )
     entry["cpu_ratio"] = ratios([r["cpu"] for r in on], [r["cpu"] for r in off])
+    # Against the least a confirming client spends: its end-to-end rate over the floor's,
+    # and CPU per message over the floor's.
+    entry["end_to_end_rate_over_confirming_floor"] = ratios(
+        [r["end_to_end"] for r in floor], [r["end_to_end"] for r in on]
+    )
+    entry["cpu_over_confirming_floor"] = ratios([r["cpu"] for r in on], [r["cpu"] for r in floor])
     return entry
 
 
@@ -589,12 +734,20 @@ def render(r: dict[str, Any]) -> str:
         "returned) and end to end (until flush() returned); tail: last send() to flush() "
         "returning;",
         "on / off: the ratio confirm / confirm=False per round, of the rates and of the "
-        "CPU per message",
+        "CPU per message;",
+        "c.floor: the confirming floor (a minimal client whose futures resolve once the "
+        "flushed end shows their bytes);",
+        "on / c.f.: confirm's end-to-end rate and CPU per message over the confirming "
+        "floor's, per round",
         f"  {'flush':<15}{'confirm':<9}{'sending':>17}{'end to end':>17}{'tail ms':>16}"
         f"{'CPU ns':>16}",
     ]
     for entry in r["defaults"]:
-        for name, label in (("confirm", "on"), ("no_confirm", "off")):
+        for name, label in (
+            ("confirm", "on"),
+            ("no_confirm", "off"),
+            ("confirming_floor", "c.floor"),
+        ):
             row = entry[name]
             lines.append(
                 f"  {entry['flush']:<15}{label:<9}{rate(row['sending_rate']):>17}"
@@ -605,6 +758,11 @@ def render(r: dict[str, Any]) -> str:
             f"  {entry['flush']:<15}{'on / off':<9}{ratio(entry['sending_rate_ratio']):>17}"
             f"{ratio(entry['end_to_end_rate_ratio']):>17}{'':>16}"
             f"{ratio(entry['cpu_ratio']):>16}"
+        )
+        lines.append(
+            f"  {entry['flush']:<15}{'on / c.f.':<9}{'':>17}"
+            f"{ratio(entry['end_to_end_rate_over_confirming_floor']):>17}{'':>16}"
+            f"{ratio(entry['cpu_over_confirming_floor']):>16}"
         )
     lines += [
         "",

@@ -184,11 +184,17 @@ def test_producer_benchmark_reports_ratios_to_its_floor() -> None:
     assert figures["flushes"] == ["shipped", "every-message"]
     assert [d["flush"] for d in figures["defaults"]] == ["shipped", "every-message"]
     for entry in figures["defaults"]:
-        for side in ("confirm", "no_confirm"):
+        for side in ("confirm", "no_confirm", "confirming_floor"):
             for figure in ("sending_rate", "end_to_end_rate", "tail_ms", "cpu_ns_per_message"):
                 x = entry[side][figure]
                 assert 0 <= x["min"] <= x["median"] <= x["max"]
-        for ratio in ("sending_rate_ratio", "end_to_end_rate_ratio", "cpu_ratio"):
+        for ratio in (
+            "sending_rate_ratio",
+            "end_to_end_rate_ratio",
+            "cpu_ratio",
+            "end_to_end_rate_over_confirming_floor",
+            "cpu_over_confirming_floor",
+        ):
             x = entry[ratio]
             assert 0 < x["min"] <= x["median"] <= x["max"]
     runs = {(r["flush"], r["codec"], r["confirm"]): r for r in figures["runs"]}
