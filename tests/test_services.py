@@ -168,6 +168,66 @@ def instructions(path: Path) -> list[tuple[str, str]]:
     return found
 
 
+def ignored(patterns: list[str], path: str) -> bool:
+    """Whether a ``.dockerignore`` leaves ``path`` out of the build context: the last
+    pattern matching it or a directory above it decides, ``!`` patterns keep (Docker's
+    rules: ``*`` and ``?`` stay within a path element, ``**/`` spans any directories,
+    none included)."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    decision = False
+    for pattern in patterns:
+        keep = pattern.startswith("!")
+        body = pattern.removeprefix("!").strip("/")
+        regex = "".join(
+            {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(token)
+            or re.escape(token)
+            for token in re.findall(r"\*\*/|\*\*|\*|\?|[^*?]+", body)
+        )
+        if any(re.fullmatch(regex, candidate) for candidate in candidates):
+            decision = not keep
+    return decision
+
+
+def test_dockerignore_sends_the_builder_only_what_the_image_is_built_from() -> None:
+    """The build context (the checkout's root) keeps every path the Containerfile copies
+    and every file in the package, and leaves out the checkout's own trees and caches
+    and the accelerators built in place (the image builds its own)."""
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    copied = [
+        source
+        for name, rest in instructions(CONTAINERFILE)
+        if name == "COPY" and not rest.startswith("--from")
+        for source in rest.split()[:-1]
+    ]
+    assert copied
+    for source in copied:
+        assert not ignored(patterns, source), source
+    sources = subprocess.run(
+        ["git", "ls-files", "aiokafka07"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "aiokafka07/protocol/_speedups.c" in sources
+    for path in sources:
+        assert not ignored(patterns, path), path
+    for path in (
+        ".git/config",
+        ".venv/bin/python",
+        "build/lib/aiokafka07/__init__.py",
+        "aiokafka07.egg-info/PKG-INFO",
+        ".bytecode_cache/x.pyc",
+        "docs/_build/html/index.html",
+        "tests/test_services.py",
+        "aiokafka07/protocol/_speedups.cpython-311-x86_64-linux-gnu.so",
+        "aiokafka07/__pycache__/cli.cpython-311.pyc",
+        "aiokafka07/spark/__pycache__/reader.cpython-311.pyc",
+    ):
+        assert ignored(patterns, path), path
+
+
 def test_containerfile_copies_what_the_package_is_built_from() -> None:
     """What the build stage copies exists and is everything setuptools builds the
     package from (readme, license, modules, packages, C sources); the image installs
