@@ -199,6 +199,17 @@ class FloorClient(asyncio.Protocol):
         await self.write()
         return future
 
+    def written_frame(self, pending: list[asyncio.Future[None]]) -> None:
+        """The frame of ``pending`` was written: with confirm, a probe behind it whose
+        answer resolves them; without, they resolve now."""
+        assert self.transport is not None
+        if self.confirm:
+            self.transport.write(self.probe)
+            self.waiting.append(pending)
+        else:
+            for future in pending:
+                future.set_result(None)
+
     def frame(self) -> bytes:
         """The next frame: encoded before timing started."""
         frame = self.frames[self.next]
@@ -209,12 +220,7 @@ class FloorClient(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(self.frame())
         pending, self.pending = self.pending, []
-        if self.confirm:
-            self.transport.write(self.probe)
-            self.waiting.append(pending)
-        else:
-            for future in pending:
-                future.set_result(None)
+        self.written_frame(pending)
         if self.resumed is not None:
             await self.resumed
         else:
@@ -273,7 +279,11 @@ class ConfirmingFloorClient(EncodingFloorClient):
         self.read_end()
 
     def read_end(self) -> None:
+        """The poll's timer (or the connection's start): one probe."""
         self.poll = None
+        self.send_probe()
+
+    def send_probe(self) -> None:
         assert self.transport is not None
         self.transport.write(self.probe)
         self.probes += 1
@@ -303,17 +313,11 @@ class ConfirmingFloorClient(EncodingFloorClient):
         self.written += len(message_set)
         return encode_multiproduce_request([(self.topic, 0, message_set)])
 
-    async def write(self) -> None:
-        assert self.transport is not None
-        self.transport.write(self.frame())
-        pending, self.pending = self.pending, []
+    def written_frame(self, pending: list[asyncio.Future[None]]) -> None:
+        """``pending`` resolve once the flushed end covers their frame: a claim, and a
+        probe behind the frame."""
         self.claims.append((self.written, pending))
-        self.transport.write(self.probe)
-        self.probes += 1
-        if self.resumed is not None:
-            await self.resumed
-        else:
-            await asyncio.sleep(0)
+        self.send_probe()
 
 
 async def run_confirming_floor(port: int, payloads: list[bytes]) -> dict[str, float]:

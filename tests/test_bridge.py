@@ -106,7 +106,10 @@ async def start_bridge(
     async with ZooKeeper(zookeeper) as zk:
 
         async def registered() -> bool:
-            return all([await _registered(zk, topic) for topic in topics])
+            for topic in topics:  # stops at the first topic not registered yet
+                if not await _registered(zk, topic):
+                    return False
+            return True
 
         await eventually(registered, 60)
     return await asyncio.create_subprocess_exec(
