@@ -320,6 +320,18 @@ class ConfirmingFloorClient(EncodingFloorClient):
         self.send_probe()
 
 
+def burst_figures(started: float, sent: float, done: float, cpu: float) -> dict[str, float]:
+    """A defaults-row run's figures from its clock readings (``time.perf_counter()``):
+    wall seconds until the last send() returned, until the last message was confirmed
+    (end to end), between the two (the tail), and the CPU seconds of this process."""
+    return {
+        "sending": sent - started,
+        "end_to_end": done - started,
+        "tail": done - sent,
+        "cpu": cpu,
+    }
+
+
 async def run_confirming_floor(port: int, payloads: list[bytes]) -> dict[str, float]:
     """The defaults row's confirming floor (:class:`ConfirmingFloorClient`): the same
     figures as :func:`run_defaults`."""
@@ -347,12 +359,7 @@ async def run_confirming_floor(port: int, payloads: list[bytes]) -> dict[str, fl
         if client.poll is not None:
             client.poll.cancel()
         transport.close()
-    return {
-        "sending": sent - started,
-        "end_to_end": done - started,
-        "tail": done - sent,
-        "cpu": cpu,
-    }
+    return burst_figures(started, sent, done, cpu)
 
 
 def encode_only(payloads: list[bytes], codec: str) -> float:
@@ -549,12 +556,7 @@ async def run_defaults(
         done = time.perf_counter()
         cpu = time.process_time() - cpu
         check(p, count)
-    return {
-        "sending": sent - started,
-        "end_to_end": done - started,
-        "tail": done - sent,
-        "cpu": cpu,
-    }
+    return burst_figures(started, sent, done, cpu)
 
 
 async def run(

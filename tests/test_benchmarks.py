@@ -142,6 +142,7 @@ def test_consumer_benchmark_reports_ratios_to_its_floor_and_request_rates() -> N
             "getmany_batches_over_getmany",
             "getmany_batches_over_checked",
             "getmany_over_checked",
+            "checked_over_getmany",
         ):
             for kind in ("rate", "cpu_speed"):
                 ratio = by_mode[f"{kind}_{name}"]
