@@ -667,6 +667,66 @@ async def test_a_bridge_started_at_latest_copies_only_what_comes_after(
         check_exactly_once(after, await asyncio.to_thread(read_target, bootstrap, topics))
 
 
+async def produce_to(
+    zookeeper: str, topic: str, broker_id: int, count: int, *, start: int, keys: int = 10
+) -> list[bytes]:
+    """``count`` messages into the partitions of one broker (values as :func:`produce`
+    writes them, keys before ":"), the first of them registering the topic on that
+    broker if none was there."""
+    sent = []
+    async with Producer(zookeeper=zookeeper, linger_ms=5, retries=20) as producer:
+        futures = []
+        for i in range(start, start + count):
+            value = f"k{i % keys}:{topic}:{i}".encode()
+            sent.append(value)
+            futures.append(await producer.send(topic, value, partition=(broker_id, i % 2)))
+        await asyncio.gather(*futures)
+    return sent
+
+
+@pytest.mark.parametrize("start", ["earliest", "latest"])
+async def test_broker_partitions_registered_while_the_bridge_runs_are_copied_too(
+    kafka_cluster: Callable[..., KafkaCluster], zookeeper: str, start: str
+) -> None:
+    """A broker that registers a bridged topic while the bridge runs (here: its first
+    message for the topic): the bridge ends its transaction in progress, recovers, and
+    copies the new broker-partitions from their log start (with ``start="latest"`` too:
+    everything in them came after the run began), exactly once with the rest. Before,
+    the bridge read the registrations once, at its start, and never copied them."""
+    topic = "grows"
+    async with kafka_cluster(2, num_partitions=2) as _, mock_target([topic]) as bootstrap:
+        before = await produce_to(zookeeper, topic, 0, 300, start=0)
+        bridge = in_process_bridge(zookeeper, bootstrap, [topic], f"grows-{start}", start=start)
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(bridge.run(stop))
+        try:
+
+            async def copying(count: int, partitions: int) -> bool:
+                assert not task.done(), task
+                metrics = bridge.metrics
+                return (
+                    metrics.phase == "copying"
+                    and metrics.messages == count
+                    and len(metrics.partitions) == partitions
+                )
+
+            copied_before = 300 if start == "earliest" else 0
+            await eventually(lambda: copying(copied_before, 2), timeout=120)
+            assert {s.broker_id for s in bridge.metrics.partitions} == {0}
+            assert bridge.metrics.recoveries == 1
+            added = await produce_to(zookeeper, topic, 1, 300, start=300)
+            more = await produce_to(zookeeper, topic, 0, 100, start=600)
+            await eventually(lambda: copying(copied_before + 400, 4), timeout=120)
+            assert {s.broker_id for s in bridge.metrics.partitions} == {0, 1}
+            # One recovery at the start, one when broker 1 registered the topic.
+            assert bridge.metrics.recoveries == 2
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 60)
+        sent = {topic: (before if start == "earliest" else []) + added + more}
+        check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, [topic]))
+
+
 async def test_group_offsets_switch_over_without_loss_or_repeat(
     kafka_cluster: Callable[..., KafkaCluster], zookeeper: str
 ) -> None:

@@ -15,7 +15,8 @@ does: ``rate()`` and ``increase()`` handle that). Restarts by systemd or a conta
 runtime show as a new ``process_start_time_seconds`` (the standard process collector,
 which ``aiokafka07.bridge.server.BridgeMetricsServer`` adds);
 ``kafka07_bridge_recoveries_total`` counts the recoveries this process completed (one
-per :meth:`Bridge.run <aiokafka07.bridge.Bridge.run>`: 1 for ``aiokafka07 bridge``).
+per :meth:`Bridge.run <aiokafka07.bridge.Bridge.run>`: 1 for ``aiokafka07 bridge``, and
+one more each time brokers registered more broker-partitions of the bridged topics).
 Needs the ``prometheus`` extra (``prometheus-client``); the bridge itself does not.
 """
 
@@ -65,7 +66,9 @@ METRICS: dict[str, str] = {
         "absent while not copying"
     ),
     "kafka07_bridge_copying": "1 while the bridge copies (recovery done, not stopping)",
-    "kafka07_bridge_recoveries_total": "Recoveries this process completed (one per run)",
+    "kafka07_bridge_recoveries_total": (
+        "Recoveries this process completed (one per run, one per growth of the 0.7 cluster)"
+    ),
 }
 
 

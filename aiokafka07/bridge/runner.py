@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -10,15 +11,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cluster import ZooKeeperCluster
+from ..backoff import Backoff
+from ..cluster import ClusterEvent, ZooKeeperCluster
 from ..connection import BrokerAddress
-from ..errors import BridgeError
+from ..errors import BridgeError, KafkaError
 from ..group.subscription import TopicFilter
 from ..monitor.offsets import probe_broker
 from ..pool import ConnectionPool
 from ..protocol import validate_topic
 from ..records import TopicPartition
-from ..supervisor import Supervisor
+from ..supervisor import CrashPolicy, Supervisor
 from ..timeouts import wait_for
 from ..validation import check_int, check_number, check_optional_int
 from ..znodes import read_topic_registrations, topic_exists
@@ -65,6 +67,30 @@ class _Counts:
     #: time.monotonic() when the current run began copying (None: not copying).
     copying_since: float | None = None
     phase: Phase = "idle"
+
+
+@dataclass
+class _Plan:
+    """What one stretch of copying reads: the topics and their broker-partitions (with
+    the brokers' addresses), the target's partition counts, the broker-partitions the
+    run began with (``first``), and where the last plan stood (``positions``)."""
+
+    topics: list[str]
+    sources: dict[str, list[TopicPartition]]
+    brokers: dict[int, BrokerAddress]
+    first: set[TopicPartition]
+    counts: dict[str, int]
+    positions: dict[TopicPartition, Position] = field(default_factory=dict)
+
+
+def _source_order(source: TopicPartition) -> tuple[int, int]:
+    return source.broker_id, source.partition
+
+
+async def _set_when(event: asyncio.Event, then: asyncio.Event) -> None:
+    """Set ``then`` once ``event`` is set."""
+    await event.wait()
+    then.set()
 
 
 class Bridge:
@@ -197,14 +223,19 @@ class Bridge:
         """Copy until ``stop`` is set (then end after the transaction in progress), or
         until something fails (a :class:`~aiokafka07.errors.BridgeError` or the 0.7
         client's error). ``on_batch(metrics)`` is called after each committed
-        transaction. Returns the last :attr:`metrics`."""
+        transaction. Returns the last :attr:`metrics`.
+
+        The broker-partitions copied are those the brokers registered at the start. When
+        a broker registers more of the bridged topics' broker-partitions while the bridge
+        runs (a broker added to the 0.7 cluster, or given more partitions), the bridge
+        ends its transaction in progress, recovers as at a start, and copies them too,
+        from their log start (they began after this run did), exactly once like the rest.
+        """
         stop = stop or asyncio.Event()
-        self._carry = []
         self._stop = stop
         stats = self._counts
         stats.phase = "starting"
         stats.copying_since = None
-        supervisor = Supervisor(f"bridge-{self.name}", log)
         ended: Phase = "failed"
         try:
             cluster = ZooKeeperCluster(self.zookeeper)
@@ -214,8 +245,11 @@ class Bridge:
                     raise BridgeError("no 0.7 topic matches")
                 for topic in topics:
                     stats.topics.setdefault(topic, _TopicCounts())
-                # The broker-partitions are taken once, here, as the brokers registered
-                # them (not the producers' partition 0 of every broker for a topic none
+                # Subscribed before the registrations are read: a broker registering a
+                # topic after that read is seen (see _watch_registrations).
+                changes = cluster.subscribe()
+                # The broker-partitions are taken here, as the brokers registered them
+                # (not the producers' partition 0 of every broker for a topic none
                 # registered): a topic with none would be "copied" from nothing for as
                 # long as the run lasts.
                 sources = {t: await _registered(cluster.zookeeper, t) for t in topics}
@@ -227,6 +261,7 @@ class Bridge:
                         "(their registrations are ephemeral, gone with their sessions); "
                         "start the bridge once they are up"
                     )
+                first = {s for t in topics for s in sources[t]}
                 brokers = cluster.brokers
                 async with TargetWriter(
                     self.bootstrap_servers,
@@ -236,58 +271,169 @@ class Bridge:
                 ) as writer:
                     counts = await self._target_partitions(writer, topics)
                     log.info("target partitions: %s", counts)
-                    recovered = await recover(
-                        self.bootstrap_servers,
-                        self.checkpoint_topic,
-                        self.name.encode(),
-                        counts,
-                        request_timeout_ms=self.request_timeout_ms,
-                        options=self.consumer_options,
-                    )
-                    self._check_counts(recovered.checkpoint, counts)
-                    stats.recoveries += 1
-                    readers = SourceReaders(
-                        supervisor, queue_size=max(4, 2 * sum(map(len, sources.values())))
-                    )
-                    positions = dict(recovered.checkpoint.positions)
-                    for topic in topics:
-                        for source in sources[topic]:
-                            if source.broker_id not in brokers:
-                                raise BridgeError(
-                                    f"broker {source.broker_id} of {topic} is not registered"
-                                )
-                    fresh = [s for t in topics for s in sources[t] if s not in positions]
-                    positions.update(await self._first_positions(fresh, brokers))
-                    for topic in topics:
-                        for source in sources[topic]:
-                            readers.start(source, brokers[source.broker_id], positions[source])
-                    mappings = {t: PartitionMapping(sources[t], counts[t]) for t in topics}
-                    self._counts.positions = positions
-                    log_ends = LogEnds(supervisor, interval_ms=self.lag_interval_ms)
-                    self._log_ends = log_ends.ends
-                    log_ends.watch(
-                        {
-                            brokers[b]: [s for s in positions if s.broker_id == b]
-                            for b in {s.broker_id for s in positions}
-                        }
-                    )
-                    log.info("copying %s from %d broker-partitions", topics, len(positions))
-                    stats.phase = "copying"
-                    stats.copying_since = time.monotonic()
-                    await self._copy(
-                        writer, readers, recovered, positions, counts, mappings, stop, on_batch
-                    )
+                    plan: _Plan | None = _Plan(topics, sources, brokers, first, counts)
+                    while plan is not None:
+                        plan = await self._copy_plan(plan, cluster, changes, writer, stop, on_batch)
             ended = "stopped"
         except asyncio.CancelledError:
             ended = "stopped"
             raise
         finally:
-            try:
-                await supervisor.aclose()
-            finally:
-                stats.phase = ended
-                stats.copying_since = None
+            stats.phase = ended
+            stats.copying_since = None
         return self.metrics
+
+    async def _copy_plan(
+        self,
+        plan: _Plan,
+        cluster: ZooKeeperCluster,
+        changes: asyncio.Queue[ClusterEvent],
+        writer: TargetWriter,
+        stop: asyncio.Event,
+        on_batch: Callable[[BridgeMetrics], object] | None,
+    ) -> _Plan | None:
+        """Recover, read every broker-partition of ``plan`` and copy until ``stop`` is
+        set (None), or until brokers registered more broker-partitions of its topics:
+        then the next plan, once the transaction in progress ended."""
+        stats = self._counts
+        stats.phase = "starting"
+        stats.copying_since = None
+        # Messages gathered past a transaction's batch size belong to this plan's readers.
+        self._carry = []
+        topics, sources, brokers, counts = plan.topics, plan.sources, plan.brokers, plan.counts
+        supervisor = Supervisor(f"bridge-{self.name}", log)
+        try:
+            recovered = await recover(
+                self.bootstrap_servers,
+                self.checkpoint_topic,
+                self.name.encode(),
+                counts,
+                request_timeout_ms=self.request_timeout_ms,
+                options=self.consumer_options,
+            )
+            self._check_counts(recovered.checkpoint, counts)
+            stats.recoveries += 1
+            readers = SourceReaders(
+                supervisor, queue_size=max(4, 2 * sum(map(len, sources.values())))
+            )
+            # Where the last plan stood for what no checkpoint holds yet (it began there,
+            # and nothing of it was committed), else the checkpoint's.
+            positions = dict(plan.positions)
+            positions.update(recovered.checkpoint.positions)
+            for topic in topics:
+                for source in sources[topic]:
+                    if source.broker_id not in brokers:
+                        raise BridgeError(f"broker {source.broker_id} of {topic} is not registered")
+            fresh = [s for t in topics for s in sources[t] if s not in positions]
+            positions.update(
+                await self._first_positions(
+                    [s for s in fresh if s in plan.first], brokers, self.start
+                )
+            )
+            # Registered after the run began: everything in them came after it, so they
+            # are copied from their log start whatever ``start`` says.
+            positions.update(
+                await self._first_positions(
+                    [s for s in fresh if s not in plan.first], brokers, "earliest"
+                )
+            )
+            for topic in topics:
+                for source in sources[topic]:
+                    readers.start(source, brokers[source.broker_id], positions[source])
+            mappings = {t: PartitionMapping(sources[t], counts[t]) for t in topics}
+            stats.positions = positions
+            log_ends = LogEnds(supervisor, interval_ms=self.lag_interval_ms)
+            self._log_ends = log_ends.ends
+            log_ends.watch(
+                {
+                    brokers[b]: [s for s in positions if s.broker_id == b]
+                    for b in {s.broker_id for s in positions}
+                }
+            )
+            # Copying ends after the transaction in progress when ``stop`` is set, or
+            # when the watch found more broker-partitions (``grown``).
+            halt = asyncio.Event()
+            grown: list[_Plan] = []
+            supervisor.spawn("stop", _set_when(stop, halt), policy=CrashPolicy.LOG)
+            supervisor.spawn(
+                "registrations",
+                self._watch_registrations(cluster, changes, plan, grown, halt),
+                policy=CrashPolicy.LOG,
+            )
+            log.info("copying %s from %d broker-partitions", topics, len(positions))
+            stats.phase = "copying"
+            stats.copying_since = time.monotonic()
+            await self._copy(
+                writer, readers, recovered, positions, counts, mappings, halt, on_batch
+            )
+        finally:
+            await supervisor.aclose()
+        if stop.is_set() or not grown:
+            return None
+        grown[0].positions = positions
+        return grown[0]
+
+    async def _watch_registrations(
+        self,
+        cluster: ZooKeeperCluster,
+        changes: asyncio.Queue[ClusterEvent],
+        plan: _Plan,
+        grown: list[_Plan],
+        halt: asyncio.Event,
+    ) -> None:
+        """Wait until brokers registered broker-partitions of the plan's topics that it
+        does not read (re-read from ZooKeeper after each change of the cluster view);
+        then put the next plan in ``grown`` and set ``halt``. A failed read is tried
+        again at the next change, or after a backoff (up to 10 s) if none comes; the
+        first failure of a run of them is logged, and the read that ends it."""
+        known = {s for t in plan.topics for s in plan.sources[t]}
+        retry = Backoff(0.5, 10.0)
+        again: float | None = None  # after a failed read: when to read anyway
+        while True:
+            if again is None:
+                await changes.get()
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await wait_for(changes.get(), again)
+            while not changes.empty():  # one read for a burst of changes
+                changes.get_nowait()
+            try:
+                now = {t: await _registered(cluster.zookeeper, t) for t in plan.topics}
+            except (KafkaError, OSError) as exc:
+                if again is None:
+                    log.warning(
+                        "reading the broker-partitions of %s from ZooKeeper at %r failed "
+                        "(%s); trying again at the next change, or after a backoff",
+                        plan.topics,
+                        self.zookeeper,
+                        exc,
+                    )
+                again = retry.failed()
+                continue
+            if again is not None:
+                log.info("read the broker-partitions of %s from ZooKeeper again", plan.topics)
+                again = None
+                retry.succeeded()
+            new = sorted(s for t in plan.topics for s in now[t] if s not in known)
+            if not new:
+                continue
+            brokers = {**plan.brokers, **cluster.brokers}
+            unknown = sorted({s.broker_id for s in new if s.broker_id not in brokers})
+            if unknown:
+                continue  # its broker's registration comes with a later change
+            log.info(
+                "brokers registered %d more broker-partitions (%s): copying them too, "
+                "after the transaction in progress",
+                len(new),
+                ", ".join(f"{s.topic}/{s.broker_id}-{s.partition}" for s in new),
+            )
+            sources = {
+                t: sorted(set(plan.sources[t]) | set(now[t]), key=_source_order)
+                for t in plan.topics
+            }
+            grown.append(_Plan(plan.topics, sources, brokers, plan.first, plan.counts))
+            halt.set()
+            return
 
     async def _target_partitions(self, writer: TargetWriter, topics: list[str]) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -317,10 +463,14 @@ class Bridge:
                 )
 
     async def _first_positions(
-        self, sources: Sequence[TopicPartition], brokers: Mapping[int, BrokerAddress]
+        self,
+        sources: Sequence[TopicPartition],
+        brokers: Mapping[int, BrokerAddress],
+        start: str,
     ) -> dict[TopicPartition, Position]:
-        """Where broker-partitions without a checkpoint begin (``start``: their log start
-        or end), one pipelined OFFSETS probe per broker; raises what a broker failed with."""
+        """Where broker-partitions without a checkpoint begin (``start``: ``"earliest"``,
+        their log start, or ``"latest"``, their end), one pipelined OFFSETS probe per
+        broker; raises what a broker failed with."""
         by_broker: dict[int, list[TopicPartition]] = {}
         for source in sources:
             by_broker.setdefault(source.broker_id, []).append(source)
@@ -335,7 +485,7 @@ class Bridge:
             if probe.error is not None:
                 raise probe.error
             for source, offsets in probe.offsets.items():
-                offset = offsets.start if self.start == "earliest" else offsets.end
+                offset = offsets.start if start == "earliest" else offsets.end
                 first[source] = Position(offset, 0)
         return first
 
