@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import logging
 import os
 import random
 import re
@@ -26,7 +27,7 @@ from typing import Any
 import pytest
 
 from aiokafka07 import SimpleConsumer
-from aiokafka07.bridge import Bridge, BridgeMetrics, key_before
+from aiokafka07.bridge import Bridge, BridgeMetrics, key_before, runner
 from aiokafka07.bridge.collector import METRICS as BRIDGE_METRICS
 from aiokafka07.bridge.runner import _registered  # what the bridge reads at its start
 from aiokafka07.connection import BrokerAddress
@@ -667,6 +668,15 @@ async def test_a_bridge_started_at_latest_copies_only_what_comes_after(
         check_exactly_once(after, await asyncio.to_thread(read_target, bootstrap, topics))
 
 
+def create_target_topic(bootstrap: str, topic: str) -> None:
+    """Create ``topic`` on the target, as ``tests/mock_target.py`` creates its topics: a
+    client's metadata request for it (the mock's CreateTopics goes nowhere)."""
+    client = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "log_level": 0})
+    created = client.list_topics(topic=topic, timeout=30).topics[topic]
+    assert created.error is None, created.error
+    assert len(created.partitions) == TARGET_PARTITIONS
+
+
 async def produce_to(
     zookeeper: str, topic: str, broker_id: int, count: int, *, start: int, keys: int = 10
 ) -> list[bytes]:
@@ -725,6 +735,83 @@ async def test_broker_partitions_registered_while_the_bridge_runs_are_copied_too
             await asyncio.wait_for(task, 60)
         sent = {topic: (before if start == "earliest" else []) + added + more}
         check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, [topic]))
+
+
+async def test_a_topic_the_whitelist_chooses_later_is_copied_once_the_target_has_it(
+    kafka_cluster: Callable[..., KafkaCluster],
+    zookeeper: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a whitelist, a topic registered while the bridge runs is copied too (from its
+    log start, exactly once), and one the target lacks is logged as an error once while
+    the rest goes on being copied, then copied once the target has it."""
+    caplog.set_level(logging.INFO, logger="aiokafka07.bridge")
+    monkeypatch.setattr(runner, "TOPIC_RECHECK", 0.2)  # the target gives no event
+    async with kafka_cluster(1, num_partitions=2) as _, mock_target(["wl-a", "wl-b"]) as bootstrap:
+        # Before the start: not copied (start="latest"); check_exactly_once finds any.
+        await produce_to(zookeeper, "wl-a", 0, 200, start=0)
+        bridge = Bridge(
+            zookeeper,
+            bootstrap,
+            whitelist="wl-.*",
+            name="whitelist",
+            key=key_before(b":"),
+            batch_size=100,
+            linger_ms=10,
+            start="latest",
+            consumer_options={"check_crcs": False},
+        )
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(bridge.run(stop))
+        try:
+
+            async def copying(topics: set[str]) -> bool:
+                assert not task.done(), task
+                metrics = bridge.metrics
+                return metrics.phase == "copying" and {s.topic for s in metrics.partitions} == (
+                    topics
+                )
+
+            await eventually(lambda: copying({"wl-a"}), timeout=120)
+            # wl-c is missing on the target (the mock cluster has wl-a and wl-b).
+            lacking = await produce_to(zookeeper, "wl-c", 0, 50, start=0)
+            refused = "topic wl-c is registered in the 0.7 cluster and chosen by the bridge's"
+
+            def logged_refusal() -> bool:
+                assert not task.done(), task
+                return any(refused in r.getMessage() for r in caplog.records)
+
+            await eventually(logged_refusal, timeout=120)
+            added = await produce_to(zookeeper, "wl-b", 0, 300, start=0)
+            more = await produce_to(zookeeper, "wl-a", 0, 100, start=200)
+            await eventually(lambda: copying({"wl-a", "wl-b"}), timeout=120)
+
+            async def copied() -> bool:
+                assert not task.done(), task
+                topics = bridge.metrics.topics
+                return topics["wl-a"].messages == 100 and topics["wl-b"].messages == 300
+
+            await eventually(copied, timeout=120)
+            errors = [r for r in caplog.records if refused in r.getMessage()]
+            assert len(errors) == 1, errors  # once, through the plan that added wl-b
+            assert errors[0].levelno == logging.ERROR
+            # Once the target has wl-c, it is copied too, from its log start.
+            await asyncio.to_thread(create_target_topic, bootstrap, "wl-c")
+            await eventually(lambda: copying({"wl-a", "wl-b", "wl-c"}), timeout=120)
+
+            async def copied_c() -> bool:
+                assert not task.done(), task
+                return bridge.metrics.topics["wl-c"].messages == 50
+
+            await eventually(copied_c, timeout=120)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 60)
+        assert any("topic wl-c can be copied now" in r.getMessage() for r in caplog.records)
+        sent = {"wl-a": more, "wl-b": added, "wl-c": lacking}
+        topics = ["wl-a", "wl-b", "wl-c"]
+        check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))
 
 
 async def test_group_offsets_switch_over_without_loss_or_repeat(

@@ -69,6 +69,11 @@ class _Counts:
     phase: Phase = "idle"
 
 
+#: Seconds between checks of a chosen topic the target could not take, when no change of
+#: the cluster view comes sooner.
+TOPIC_RECHECK = 30
+
+
 @dataclass
 class _Plan:
     """What one stretch of copying reads: the topics and their broker-partitions (with
@@ -81,6 +86,9 @@ class _Plan:
     first: set[TopicPartition]
     counts: dict[str, int]
     positions: dict[TopicPartition, Position] = field(default_factory=dict)
+    #: Topics the filter chooses that the target cannot take (see
+    #: :meth:`Bridge._watch_registrations`), with why.
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 def _source_order(source: TopicPartition) -> tuple[int, int]:
@@ -227,9 +235,10 @@ class Bridge:
 
         The broker-partitions copied are those the brokers registered at the start. When
         a broker registers more of the bridged topics' broker-partitions while the bridge
-        runs (a broker added to the 0.7 cluster, or given more partitions), the bridge
-        ends its transaction in progress, recovers as at a start, and copies them too,
-        from their log start (they began after this run did), exactly once like the rest.
+        runs (a broker added to the 0.7 cluster, or given more partitions), or those of a
+        new topic a whitelist or blacklist chooses, the bridge ends its transaction in
+        progress, recovers as at a start, and copies them too, from their log start (they
+        began after this run did), exactly once like the rest.
         """
         stop = stop or asyncio.Event()
         self._stop = stop
@@ -357,7 +366,7 @@ class Bridge:
             supervisor.spawn("stop", _set_when(stop, halt), policy=CrashPolicy.LOG)
             supervisor.spawn(
                 "registrations",
-                self._watch_registrations(cluster, changes, plan, grown, halt),
+                self._watch_registrations(cluster, changes, writer, plan, grown, halt),
                 policy=CrashPolicy.LOG,
             )
             log.info("copying %s from %d broker-partitions", topics, len(positions))
@@ -377,28 +386,41 @@ class Bridge:
         self,
         cluster: ZooKeeperCluster,
         changes: asyncio.Queue[ClusterEvent],
+        writer: TargetWriter,
         plan: _Plan,
         grown: list[_Plan],
         halt: asyncio.Event,
     ) -> None:
-        """Wait until brokers registered broker-partitions of the plan's topics that it
-        does not read (re-read from ZooKeeper after each change of the cluster view);
-        then put the next plan in ``grown`` and set ``halt``. A failed read is tried
-        again at the next change, or after a backoff (up to 10 s) if none comes; the
-        first failure of a run of them is logged, and the read that ends it."""
+        """Wait until brokers registered broker-partitions the plan does not read: more
+        of its topics', or (with a whitelist or blacklist) those of a topic the filter
+        chooses and the target can take (it exists there, or ``create_partitions``
+        creates it). Registrations are re-read from ZooKeeper after each change of the
+        cluster view; then the next plan goes in ``grown`` and ``halt`` is set.
+
+        A chosen topic the target cannot take is logged as an error, once, and tried
+        again at each change and every :data:`TOPIC_RECHECK` seconds. A failed read is
+        tried again at the next change, or after a backoff (up to 10 s) if none comes;
+        the first failure of a run of them is logged, and the read that ends it."""
         known = {s for t in plan.topics for s in plan.sources[t]}
         retry = Backoff(0.5, 10.0)
         again: float | None = None  # after a failed read: when to read anyway
         while True:
-            if again is None:
+            wait = again if again is not None else (TOPIC_RECHECK if plan.refused else None)
+            if wait is None:
                 await changes.get()
             else:
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await wait_for(changes.get(), again)
+                    await wait_for(changes.get(), wait)
             while not changes.empty():  # one read for a burst of changes
                 changes.get_nowait()
             try:
                 now = {t: await _registered(cluster.zookeeper, t) for t in plan.topics}
+                added: dict[str, list[TopicPartition]] = {}
+                for topic in self._chosen(cluster.topics()):
+                    if topic not in now:
+                        registered = await _registered(cluster.zookeeper, topic)
+                        if registered:
+                            added[topic] = registered
             except (KafkaError, OSError) as exc:
                 if again is None:
                     log.warning(
@@ -414,12 +436,31 @@ class Bridge:
                 log.info("read the broker-partitions of %s from ZooKeeper again", plan.topics)
                 again = None
                 retry.succeeded()
+            counts = dict(plan.counts)
+            for topic in sorted(added):
+                try:
+                    counts.update(await self._target_partitions(writer, [topic]))
+                except BridgeError as exc:
+                    if topic not in plan.refused:
+                        log.error(
+                            "topic %s is registered in the 0.7 cluster and chosen by the "
+                            "bridge's filter, but is not copied: %s (tried again at each "
+                            "change and every %g s)",
+                            topic,
+                            exc,
+                            TOPIC_RECHECK,
+                        )
+                    plan.refused[topic] = str(exc)
+                    del added[topic]
+                    continue
+                if plan.refused.pop(topic, None) is not None:
+                    log.info("topic %s can be copied now", topic)
             new = sorted(s for t in plan.topics for s in now[t] if s not in known)
+            new += [s for topic in sorted(added) for s in added[topic]]
             if not new:
                 continue
             brokers = {**plan.brokers, **cluster.brokers}
-            unknown = sorted({s.broker_id for s in new if s.broker_id not in brokers})
-            if unknown:
+            if any(s.broker_id not in brokers for s in new):
                 continue  # its broker's registration comes with a later change
             log.info(
                 "brokers registered %d more broker-partitions (%s): copying them too, "
@@ -431,7 +472,11 @@ class Bridge:
                 t: sorted(set(plan.sources[t]) | set(now[t]), key=_source_order)
                 for t in plan.topics
             }
-            grown.append(_Plan(plan.topics, sources, brokers, plan.first, plan.counts))
+            sources.update(added)
+            for topic in added:
+                self._counts.topics.setdefault(topic, _TopicCounts())
+            topics = sorted([*plan.topics, *added])
+            grown.append(_Plan(topics, sources, brokers, plan.first, counts, refused=plan.refused))
             halt.set()
             return
 
