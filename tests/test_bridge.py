@@ -29,6 +29,7 @@ import pytest
 from aiokafka07 import SimpleConsumer
 from aiokafka07.bridge import Bridge, BridgeMetrics, key_before, runner
 from aiokafka07.bridge.collector import METRICS as BRIDGE_METRICS
+from aiokafka07.bridge.collector import BridgeCollector
 from aiokafka07.bridge.runner import _registered  # what the bridge reads at its start
 from aiokafka07.connection import BrokerAddress
 from aiokafka07.group import Consumer
@@ -668,6 +669,15 @@ async def test_a_bridge_started_at_latest_copies_only_what_comes_after(
         check_exactly_once(after, await asyncio.to_thread(read_target, bootstrap, topics))
 
 
+def not_copied_gauge(bridge: Bridge) -> float:
+    """``kafka07_bridge_topics_not_copied`` as the bridge's collector serves it."""
+    (family,) = [
+        f for f in BridgeCollector(bridge).collect() if f.name == "kafka07_bridge_topics_not_copied"
+    ]
+    (sample,) = family.samples
+    return float(sample.value)
+
+
 def create_target_topic(bootstrap: str, topic: str) -> None:
     """Create ``topic`` on the target, as ``tests/mock_target.py`` creates its topics: a
     client's metadata request for it (the mock's CreateTopics goes nowhere)."""
@@ -783,6 +793,10 @@ async def test_a_topic_the_whitelist_chooses_later_is_copied_once_the_target_has
                 return any(refused in r.getMessage() for r in caplog.records)
 
             await eventually(logged_refusal, timeout=120)
+            # As a metric too: the snapshot names it, the collector counts it.
+            assert set(bridge.metrics.topics_not_copied) == {"wl-c"}
+            assert "does not exist on the target" in bridge.metrics.topics_not_copied["wl-c"]
+            assert not_copied_gauge(bridge) == 1
             added = await produce_to(zookeeper, "wl-b", 0, 300, start=0)
             more = await produce_to(zookeeper, "wl-a", 0, 100, start=200)
             await eventually(lambda: copying({"wl-a", "wl-b"}), timeout=120)
@@ -809,6 +823,8 @@ async def test_a_topic_the_whitelist_chooses_later_is_copied_once_the_target_has
             stop.set()
             await asyncio.wait_for(task, 60)
         assert any("topic wl-c can be copied now" in r.getMessage() for r in caplog.records)
+        assert bridge.metrics.topics_not_copied == {}
+        assert not_copied_gauge(bridge) == 0
         sent = {"wl-a": more, "wl-b": added, "wl-c": lacking}
         topics = ["wl-a", "wl-b", "wl-c"]
         check_exactly_once(sent, await asyncio.to_thread(read_target, bootstrap, topics))

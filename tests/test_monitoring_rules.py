@@ -69,6 +69,7 @@ ALERTS = {
     "Kafka07BridgeLagUnknown",
     "Kafka07BridgeStalled",
     "Kafka07BridgeNotCopying",
+    "Kafka07BridgeTopicNotCopied",
     "Kafka07BridgeRestarting",
 }
 

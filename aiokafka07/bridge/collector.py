@@ -69,6 +69,10 @@ METRICS: dict[str, str] = {
     "kafka07_bridge_recoveries_total": (
         "Recoveries this process completed (one per run, one per growth of the 0.7 cluster)"
     ),
+    "kafka07_bridge_topics_not_copied": (
+        "Topics the bridge's whitelist or blacklist chooses that it does not copy: the "
+        "target cannot take them (the log says why)"
+    ),
 }
 
 
@@ -135,4 +139,6 @@ class BridgeCollector(Collector):
         copying.add_metric([], int(metrics.phase == "copying"))
         recoveries = _counter("kafka07_bridge_recoveries_total")
         recoveries.add_metric([], metrics.recoveries)
-        yield from (committed, aborted, stamp, age, copying, recoveries)
+        not_copied = _gauge("kafka07_bridge_topics_not_copied")
+        not_copied.add_metric([], len(metrics.topics_not_copied))
+        yield from (committed, aborted, stamp, age, copying, recoveries, not_copied)

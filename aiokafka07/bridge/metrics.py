@@ -92,6 +92,11 @@ class BridgeMetrics:
     #: committed since (None: not copying yet).
     commit_age: float | None = None
     phase: Phase = "idle"
+    #: Topics a whitelist or blacklist chooses, registered in the 0.7 cluster, that the
+    #: bridge does not copy because the target cannot take them (missing there, and no
+    #: ``create_partitions``), with why; each is tried again (see :meth:`Bridge.run
+    #: <aiokafka07.bridge.Bridge.run>`).
+    topics_not_copied: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def lag_bytes(self) -> int | None:

@@ -180,6 +180,8 @@ class Bridge:
         self._carry: list[SourceMessage] = []
         self._log_ends: dict[TopicPartition, int] = {}
         self._stop: asyncio.Event | None = None
+        #: The current run's chosen topics the target cannot take (see _Plan.refused).
+        self._refused: dict[str, str] = {}
 
     @property
     def metrics(self) -> BridgeMetrics:
@@ -215,6 +217,7 @@ class Bridge:
             last_commit=counts.last_commit,
             commit_age=age,
             phase=phase,
+            topics_not_copied=dict(self._refused),
         )
 
     def _chosen(self, registered: set[str]) -> list[str]:
@@ -280,7 +283,10 @@ class Bridge:
                 ) as writer:
                     counts = await self._target_partitions(writer, topics)
                     log.info("target partitions: %s", counts)
-                    plan: _Plan | None = _Plan(topics, sources, brokers, first, counts)
+                    self._refused = {}
+                    plan: _Plan | None = _Plan(
+                        topics, sources, brokers, first, counts, refused=self._refused
+                    )
                     while plan is not None:
                         plan = await self._copy_plan(plan, cluster, changes, writer, stop, on_batch)
             ended = "stopped"
