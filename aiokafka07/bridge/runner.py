@@ -7,7 +7,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,13 +86,6 @@ class _Plan:
     first: set[TopicPartition]
     counts: dict[str, int]
     positions: dict[TopicPartition, Position] = field(default_factory=dict)
-    #: Topics the filter chooses that the target cannot take (see
-    #: :meth:`Bridge._watch_registrations`), with why.
-    refused: dict[str, str] = field(default_factory=dict)
-
-
-def _source_order(source: TopicPartition) -> tuple[int, int]:
-    return source.broker_id, source.partition
 
 
 async def _set_when(event: asyncio.Event, then: asyncio.Event) -> None:
@@ -180,7 +173,8 @@ class Bridge:
         self._carry: list[SourceMessage] = []
         self._log_ends: dict[TopicPartition, int] = {}
         self._stop: asyncio.Event | None = None
-        #: The current run's chosen topics the target cannot take (see _Plan.refused).
+        #: The current run's chosen topics the target cannot take, with why (see
+        #: _watch_registrations).
         self._refused: dict[str, str] = {}
 
     @property
@@ -284,9 +278,7 @@ class Bridge:
                     counts = await self._target_partitions(writer, topics)
                     log.info("target partitions: %s", counts)
                     self._refused = {}
-                    plan: _Plan | None = _Plan(
-                        topics, sources, brokers, first, counts, refused=self._refused
-                    )
+                    plan: _Plan | None = _Plan(topics, sources, brokers, first, counts)
                     while plan is not None:
                         plan = await self._copy_plan(plan, cluster, changes, writer, stop, on_batch)
             ended = "stopped"
@@ -340,18 +332,10 @@ class Bridge:
                     if source.broker_id not in brokers:
                         raise BridgeError(f"broker {source.broker_id} of {topic} is not registered")
             fresh = [s for t in topics for s in sources[t] if s not in positions]
-            positions.update(
-                await self._first_positions(
-                    [s for s in fresh if s in plan.first], brokers, self.start
-                )
-            )
-            # Registered after the run began: everything in them came after it, so they
-            # are copied from their log start whatever ``start`` says.
-            positions.update(
-                await self._first_positions(
-                    [s for s in fresh if s not in plan.first], brokers, "earliest"
-                )
-            )
+            # Those registered after the run began are copied from their log start
+            # whatever ``start`` says: everything in them came after it.
+            late = {s for s in fresh if s not in plan.first}
+            positions.update(await self._first_positions(fresh, brokers, late))
             for topic in topics:
                 for source in sources[topic]:
                     readers.start(source, brokers[source.broker_id], positions[source])
@@ -411,7 +395,7 @@ class Bridge:
         retry = Backoff(0.5, 10.0)
         again: float | None = None  # after a failed read: when to read anyway
         while True:
-            wait = again if again is not None else (TOPIC_RECHECK if plan.refused else None)
+            wait = again if again is not None else (TOPIC_RECHECK if self._refused else None)
             if wait is None:
                 await changes.get()
             else:
@@ -447,7 +431,7 @@ class Bridge:
                 try:
                     counts.update(await self._target_partitions(writer, [topic]))
                 except BridgeError as exc:
-                    if topic not in plan.refused:
+                    if topic not in self._refused:
                         log.error(
                             "topic %s is registered in the 0.7 cluster and chosen by the "
                             "bridge's filter, but is not copied: %s (tried again at each "
@@ -456,10 +440,10 @@ class Bridge:
                             exc,
                             TOPIC_RECHECK,
                         )
-                    plan.refused[topic] = str(exc)
+                    self._refused[topic] = str(exc)
                     del added[topic]
                     continue
-                if plan.refused.pop(topic, None) is not None:
+                if self._refused.pop(topic, None) is not None:
                     log.info("topic %s can be copied now", topic)
             new = sorted(s for t in plan.topics for s in now[t] if s not in known)
             new += [s for topic in sorted(added) for s in added[topic]]
@@ -474,15 +458,12 @@ class Bridge:
                 len(new),
                 ", ".join(f"{s.topic}/{s.broker_id}-{s.partition}" for s in new),
             )
-            sources = {
-                t: sorted(set(plan.sources[t]) | set(now[t]), key=_source_order)
-                for t in plan.topics
-            }
+            sources = {t: sorted(set(plan.sources[t]) | set(now[t])) for t in plan.topics}
             sources.update(added)
             for topic in added:
                 self._counts.topics.setdefault(topic, _TopicCounts())
             topics = sorted([*plan.topics, *added])
-            grown.append(_Plan(topics, sources, brokers, plan.first, counts, refused=plan.refused))
+            grown.append(_Plan(topics, sources, brokers, plan.first, counts))
             halt.set()
             return
 
@@ -517,10 +498,10 @@ class Bridge:
         self,
         sources: Sequence[TopicPartition],
         brokers: Mapping[int, BrokerAddress],
-        start: str,
+        late: Collection[TopicPartition],
     ) -> dict[TopicPartition, Position]:
-        """Where broker-partitions without a checkpoint begin (``start``: ``"earliest"``,
-        their log start, or ``"latest"``, their end), one pipelined OFFSETS probe per
+        """Where broker-partitions without a checkpoint begin (``start``: their log start
+        or end; those in ``late`` at their log start), one pipelined OFFSETS probe per
         broker; raises what a broker failed with."""
         by_broker: dict[int, list[TopicPartition]] = {}
         for source in sources:
@@ -536,7 +517,8 @@ class Bridge:
             if probe.error is not None:
                 raise probe.error
             for source, offsets in probe.offsets.items():
-                offset = offsets.start if start == "earliest" else offsets.end
+                early = self.start == "earliest" or source in late
+                offset = offsets.start if early else offsets.end
                 first[source] = Position(offset, 0)
         return first
 
